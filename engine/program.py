@@ -1,0 +1,84 @@
+"""What a recipe returns, and the registry that maps an op to its recipe.
+
+A *recipe* turns (Hypothesis ``draw``, an ``Entry``, one case's kwargs, a
+``torch.device``) into a :class:`Program`: a function plus the leaf input
+tensors it runs on. The runner clones the inputs for every run, so a recipe
+may mutate them (``put_``) freely.
+
+Recipes are looked up by the entry's qualified ``op`` name, whichever source
+(torch docs, a vendor list) names it: one recipe for ``torch.Tensor.put_``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+Recipe = Callable[..., "Program"]
+
+_RECIPES: dict[str, Recipe] = {}
+
+
+class NoRecipe(LookupError):
+    """An entry whose op has no recipe: a loud failure, never a silent skip."""
+
+
+@dataclass
+class Program:
+    """A runnable example.
+
+    - ``fn``: called as ``fn(**inputs)``; returns a tensor, or a tuple / list /
+      dict of tensors (non-tensors are ignored when comparing).
+    - ``inputs``: leaf tensors, on the target device. The runner hands ``fn``
+      fresh clones every run.
+    - ``grad_inputs``: names in ``inputs`` to differentiate with respect to; the
+      runner sets ``requires_grad`` on their clones and calls backward with a
+      seeded gradient. Empty: forward only.
+    - ``describe``: a short human-readable account of the example (shapes,
+      dtypes, kwargs) for reproducers.
+    - ``repro``: Python source that rebuilds the example, where practical.
+    """
+
+    fn: Callable[..., Any]
+    inputs: Mapping[str, torch.Tensor]
+    grad_inputs: tuple[str, ...] = ()
+    describe: str = ""
+    repro: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def recipe(*ops: str) -> Callable[[Recipe], Recipe]:
+    """Register ``fn`` as the recipe for each qualified op name in ``ops``."""
+
+    def register(fn: Recipe) -> Recipe:
+        for op in ops:
+            if op in _RECIPES and _RECIPES[op] is not fn:
+                raise ValueError(f"two recipes registered for {op!r}")
+            _RECIPES[op] = fn
+        return fn
+
+    return register
+
+
+def recipe_for(op: str) -> Recipe:
+    _load_builtin_recipes()
+    try:
+        return _RECIPES[op]
+    except KeyError:
+        raise NoRecipe(f"no recipe for {op!r}: add one with @recipe({op!r}) in conformance/recipes.py") from None
+
+
+def has_recipe(op: str) -> bool:
+    _load_builtin_recipes()
+    return op in _RECIPES
+
+
+def registered_ops() -> list[str]:
+    _load_builtin_recipes()
+    return sorted(_RECIPES)
+
+
+def _load_builtin_recipes() -> None:
+    # Importing the module runs its @recipe decorators.
+    import conformance.recipes  # noqa: F401
