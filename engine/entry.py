@@ -10,7 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-PROMISES = ("deterministic", "raises")
+# "behaves": a documented behaviour of the flag API or the reproducibility notes holds.
+PROMISES = ("deterministic", "raises", "behaves")
 
 # Condition tags that the docs express in words. Keep them short: they end up
 # in test ids and matrix rows.
@@ -28,7 +29,8 @@ class Entry:
     - ``id``: unique, readable id, see :func:`make_entry_id`.
     - ``op``: fully qualified name as the docs spell it (``torch.Tensor.put_``).
     - ``sentence``: the bullet text, verbatim (lines joined with single spaces).
-    - ``promise``: ``"deterministic"`` or ``"raises"``.
+    - ``promise``: ``"deterministic"``, ``"raises"`` or ``"behaves"`` (flag API and
+      reproducibility-note entries, judged by a check rather than an op recipe).
     - ``devices``: device types the sentence names, sorted; ``()`` means every device.
     - ``backward``: the promise is about differentiation ("attempting to differentiate",
       "requires grad", "backward").

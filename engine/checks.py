@@ -1,0 +1,66 @@
+"""Checks: how entries that are not a single op are judged.
+
+Flag-API and reproducibility-note entries (promise ``"behaves"``) have no op
+to run twice; a *check* observes the documented behaviour once per Hypothesis
+example and says whether it held.
+
+A check is ``fn(draw, entry, device, mode) -> CheckObservation`` registered
+with ``@check("entry-id", source="flag-api")``. It must leave every global
+setting as it found it. It raises :class:`CheckSkipped` when the behaviour
+cannot be observed here (no CUDA, no ``torch.compile``), with the reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+Check = Callable[..., "CheckObservation"]
+
+_CHECKS: dict[tuple[str, str], Check] = {}
+
+
+class CheckSkipped(Exception):
+    """The behaviour cannot be observed on this machine; the message says why."""
+
+
+@dataclass
+class CheckObservation:
+    """What a check saw for one example.
+
+    - ``held``: True when the documented behaviour held, False when it did not,
+      None when the promise is informational (e.g. "no fill is promised": record only).
+    - ``observed``: a short word for the matrix (``"filled-nan"``, ``"round-trips"``...).
+    - ``detail``: JSON-safe evidence (values seen, messages, the example).
+    """
+
+    held: bool | None
+    observed: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def check(entry_id: str, *, source: str) -> Callable[[Check], Check]:
+    def register(fn: Check) -> Check:
+        key = (source, entry_id)
+        if key in _CHECKS and _CHECKS[key] is not fn:
+            raise ValueError(f"two checks registered for {source}:{entry_id}")
+        _CHECKS[key] = fn
+        return fn
+
+    return register
+
+
+def check_for(source: str, entry_id: str) -> Check:
+    _load_builtin_checks()
+    try:
+        return _CHECKS[(source, entry_id)]
+    except KeyError:
+        raise LookupError(f"no check for {source}:{entry_id}: add one with @check in conformance/checks/") from None
+
+
+def has_check(source: str, entry_id: str) -> bool:
+    _load_builtin_checks()
+    return (source, entry_id) in _CHECKS
+
+
+def _load_builtin_checks() -> None:
+    import conformance.checks  # noqa: F401  (its modules register checks on import)
