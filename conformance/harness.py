@@ -1,0 +1,219 @@
+"""Judge one case (entry × device × mode) with Hypothesis and return its row.
+
+Every example is recorded *at first sight*. Hypothesis replays and shrinks a
+failing example, and nondeterminism may not show up again on replay (its
+``Flaky`` error): the verdict is computed from what was recorded, never from
+the replay. When the failure does replay, the last failing record is the
+shrunk, smallest example, and that one goes into the reproducer.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import hypothesis
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conformance.catalog import Case
+from engine import checks, program, verdict
+from engine.devices import Backend
+from engine.runner import Observation, observe
+
+SCHEMA = 1
+
+
+class _NonConforming(Exception):
+    """Raised inside the Hypothesis test so that it shrinks the example."""
+
+
+class _SkipCase(Exception):
+    """A check cannot be observed here: stop drawing examples."""
+
+
+@dataclass
+class Record:
+    verdict: str
+    observed: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def _entry_fields(case: Case) -> dict[str, Any]:
+    e = case.entry
+    return {
+        "entry_id": e.id,
+        "op": e.op,
+        "sentence": e.sentence,
+        "source": e.source,
+        "list_name": e.list_name,
+        "position": e.position,
+        "doc_version": e.doc_version,
+        "promise": e.promise,
+        "devices": list(e.devices),
+    }
+
+
+def base_row(case: Case, backend: Backend | None, expected: str) -> dict[str, Any]:
+    row = {"record": "result", "schema": SCHEMA}
+    row.update(_entry_fields(case))
+    row.update(
+        {
+            "device": case.device,
+            "device_name": backend.describe().get("device_name", "") if backend else "",
+            "mode": case.mode,
+            "expected": expected,
+            "torch_version": torch.__version__,
+        }
+    )
+    return row
+
+
+def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject, kwargs: dict, runs: int) -> Record:
+    recipe = program.recipe_for(case.entry.op)
+    try:
+        prog = recipe(data.draw, case.entry, kwargs, backend.torch_device())
+    except (hypothesis.errors.UnsatisfiedAssumption, hypothesis.errors.StopTest):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a recipe that cannot build its example is our bug
+        return Record("harness-error", "error", {"error": f"recipe failed: {type(exc).__name__}: {exc}", "case": kwargs,
+                                                 "traceback": traceback.format_exc(limit=4)})
+    obs = observe(prog, case.mode, runs=runs, synchronize=backend.synchronize, case=kwargs)
+    v = verdict.verdict_for(expected, obs)
+    return Record(v, verdict.observed_word(obs), obs.to_json())
+
+
+def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObject) -> Record:
+    fn = checks.check_for(case.entry.source, case.entry.id)
+    try:
+        seen = fn(data.draw, case.entry, backend.torch_device(), case.mode)
+    except checks.CheckSkipped as skip:
+        return Record("skipped", "skipped", {"reason": str(skip)})
+    except (hypothesis.errors.UnsatisfiedAssumption, hypothesis.errors.StopTest):
+        raise
+    except Exception as exc:  # noqa: BLE001
+        return Record("harness-error", "error", {"error": f"check failed: {type(exc).__name__}: {exc}",
+                                                 "traceback": traceback.format_exc(limit=4)})
+    if expected == "observe" or seen.held is None:
+        v = "recorded"
+    else:
+        v = "conforms" if seen.held else "violated"
+    return Record(v, seen.observed, dict(seen.detail))
+
+
+def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: settings | None = None) -> dict[str, Any]:
+    """Run the case under Hypothesis; return the result row (JSON-safe)."""
+    started = time.perf_counter()
+    expected = verdict.expected_outcome(case.entry, case.device, case.mode,
+                                        raise_documented_elsewhere=case.raise_documented_by is not None)
+    row = base_row(case, backend, expected)
+    detail: dict[str, Any] = {}
+    if case.raise_documented_by:
+        detail["raise_documented_by"] = case.raise_documented_by
+    records: list[Record] = []
+
+    is_check = case.entry.promise == "behaves"
+    if not is_check and not program.has_recipe(case.entry.op):
+        row.update(verdict="harness-error", observed="no-recipe", examples=0, runs=0,
+                   detail={"error": f"no recipe for {case.entry.op!r}: add one with @recipe({case.entry.op!r}) "
+                                    "in conformance/recipes.py"})
+        return _finish(row, started)
+
+    examples = 0
+    parent = hypothesis_settings or settings()
+
+    @settings(parent, suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+    @given(st.data())
+    def explore(data: st.DataObject) -> None:
+        nonlocal examples
+        examples += 1
+        if is_check:
+            rec = _check_record(case, expected, backend, data)
+            records.append(rec)
+            if rec.verdict == "skipped":
+                raise _SkipCase(rec.detail.get("reason", ""))
+            if rec.verdict in verdict.FAILING:
+                raise _NonConforming(rec.verdict)
+            return
+        for kwargs in case.entry.case_kwargs():
+            rec = _op_record(case, expected, backend, data, kwargs, runs)
+            records.append(rec)
+            if rec.verdict in verdict.FAILING:
+                raise _NonConforming(rec.verdict)
+
+    try:
+        explore()
+    except _SkipCase:
+        pass
+    except Exception as exc:  # noqa: BLE001 - Flaky, our marker, or a Hypothesis error
+        if not records or not any(r.verdict in verdict.FAILING for r in records):
+            records.append(Record("harness-error", "error", {"error": f"{type(exc).__name__}: {exc}"[:800]}))
+        if type(exc).__name__ in ("Flaky", "FlakyFailure", "FlakyReplay"):
+            detail["flaky_replay"] = "the failure did not repeat when Hypothesis replayed it; verdict from first sight"
+
+    final = verdict.worst(r.verdict for r in records)
+    failing = [r for r in records if r.verdict == final]
+    chosen = failing[-1] if failing else records[-1]
+    observed_words = sorted({r.observed for r in records})
+    detail.update(chosen.detail)
+    detail["observed_per_example"] = observed_words
+    detail["verdicts_per_example"] = {v: sum(r.verdict == v for r in records) for v in sorted({r.verdict for r in records})}
+    fingerprints = [r.detail.get("fingerprint") for r in records if r.detail.get("fingerprint")]
+    if fingerprints:
+        detail["fingerprints"] = {str(i): fp for i, fp in enumerate(fingerprints[:50])}
+    row.update(
+        verdict=final,
+        observed=chosen.observed,
+        examples=examples,
+        runs=runs if not is_check else 1,
+        detail=detail,
+    )
+    return _finish(row, started)
+
+
+def _finish(row: dict[str, Any], started: float) -> dict[str, Any]:
+    row["duration_s"] = round(time.perf_counter() - started, 4)
+    return row
+
+
+def skipped_row(case: Case, reason: str) -> dict[str, Any]:
+    expected = verdict.expected_outcome(case.entry, case.device, case.mode,
+                                        raise_documented_elsewhere=case.raise_documented_by is not None)
+    row = base_row(case, None, expected)
+    row.update(verdict="skipped", observed="skipped", examples=0, runs=0, detail={"reason": reason}, duration_s=0.0)
+    return row
+
+
+def crashed_row(case: Case, message: str) -> dict[str, Any]:
+    """A worker died while running the case: our failure until shown otherwise."""
+    expected = verdict.expected_outcome(case.entry, case.device, case.mode,
+                                        raise_documented_elsewhere=case.raise_documented_by is not None)
+    row = base_row(case, None, expected)
+    row.update(verdict="harness-error", observed="crashed", examples=0, runs=0,
+               detail={"error": message[:800]}, duration_s=0.0)
+    return row
+
+
+def failure_message(row: dict[str, Any], nodeid: str = "") -> str:
+    d = row.get("detail", {})
+    lines = [
+        f"{row['entry_id']} on {row['device']} in mode {row['mode']}: {row['verdict']}",
+        f"  documented: {row['sentence']}",
+        f"  expected {row['expected']}, observed {row['observed']} "
+        f"({row['examples']} examples, {row['runs']} runs each, torch {row['torch_version']})",
+    ]
+    for key in ("mismatch", "max_abs_diff", "raised", "warnings", "error", "unsupported", "flaky_replay", "raise_documented_by"):
+        if d.get(key) not in (None, [], ""):
+            lines.append(f"  {key}: {d[key]}")
+    if d.get("example"):
+        lines.append(f"  example: {d['example']}  case={d.get('case', {})}")
+    if d.get("repro"):
+        mode_line = {"error": "torch.use_deterministic_algorithms(True)",
+                     "warn_only": "torch.use_deterministic_algorithms(True, warn_only=True)",
+                     "off": "torch.use_deterministic_algorithms(False)"}[row["mode"]]
+        lines.append("  reproducer:\n    import torch\n    " + mode_line + "\n    " + d["repro"].replace("\n", "\n    "))
+    if nodeid:
+        lines.append(f"  rerun: pytest '{nodeid}' --hypothesis-profile ci")
+    return "\n".join(lines)

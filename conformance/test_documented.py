@@ -1,0 +1,24 @@
+"""One generated test per (documented entry, device, mode).
+
+The parameters come from the plugin (``conftest.py``): the installed torch's
+docstring (or ``--doc-version``) and the other selected sources, times the
+selected devices and modes. Each test judges its case with Hypothesis,
+attaches the result row to its report, and fails when the verdict does.
+"""
+import pytest
+
+from conformance.harness import failure_message, judge, skipped_row
+from engine.verdict import PASSING
+
+
+def test_documented(conformance_case, detconf_settings, record_row, request):
+    case = conformance_case
+    backend = detconf_settings["backends"][case.device]
+    if not backend.describe()["available"]:
+        record_row(skipped_row(case, f"device {case.device!r} is not available on this machine"))
+        pytest.skip(f"device {case.device!r} is not available")
+    row = judge(case, backend, runs=detconf_settings["runs"])
+    record_row(row)
+    if row["verdict"] == "skipped":
+        pytest.skip(row["detail"].get("reason", "skipped"))
+    assert row["verdict"] in PASSING, failure_message(row, request.node.nodeid)

@@ -1,0 +1,282 @@
+"""detconf's pytest plugin: options, Hypothesis profiles, report header and
+result collection.
+
+Rows travel on ``report.user_properties`` (so they survive xdist: workers
+send reports to the controller) and the controller appends each one to the
+results file the moment its report arrives, so a crash loses at most the test
+in flight. Nothing is kept in module globals across processes.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+ROOT = Path(__file__).resolve().parent
+DEFAULT_RESULTS = ROOT / "reports" / "out" / "results.jsonl"
+ROW_KEY = "detconf_row"
+CONFORMANCE_TEST = "test_documented"
+
+settings.register_profile("dev", max_examples=10, deadline=None)
+settings.register_profile("ci", max_examples=6, derandomize=True, database=None, deadline=None, print_blob=True)
+settings.register_profile("thorough", max_examples=100, deadline=None)
+settings.load_profile(os.environ.get("DETCONF_HYPOTHESIS_PROFILE", "dev"))
+
+
+# ----------------------------------------------------------------------------- options
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from conformance.catalog import ALL_MODES
+
+    group = parser.getgroup("detconf", "detconf conformance suite")
+    group.addoption("--device", action="append", default=None, metavar="NAME",
+                    help="device type to test (repeatable): cpu, cuda, mps, npu or a PrivateUse1 name; "
+                         "default: every available one")
+    group.addoption("--mode", action="append", default=None, choices=ALL_MODES, metavar="MODE",
+                    help="error | warn_only | off (repeatable; default: error and warn_only)")
+    group.addoption("--source", action="append", default=None, metavar="NAME",
+                    help="catalog source (repeatable): torch-docs, flag-api, repro-notes; default: all")
+    group.addoption("--doc-version", default=None, metavar="X.Y.Z",
+                    help="judge the installed torch against this release's documented promises")
+    group.addoption("--results", default=str(DEFAULT_RESULTS), metavar="PATH",
+                    help="JSON-lines results file (default: reports/out/results.jsonl)")
+    group.addoption("--runs", type=int, default=2, metavar="N", help="runs per example (>= 2; default 2)")
+    group.addoption("--no-report-build", action="store_true",
+                    help="do not build the matrix under the results file's folder at the end")
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _plan(config: pytest.Config):
+    """The sorted list of cases; computed once per process, from options only."""
+    cached = getattr(config, "_detconf_plan", None)
+    if cached is not None:
+        return cached
+    from conformance.catalog import DEFAULT_MODES, SOURCES, load_catalog, plan
+
+    sources = config.getoption("--source") or list(SOURCES)
+    modes = config.getoption("--mode") or list(DEFAULT_MODES)
+    catalog = load_catalog(sources, doc_version=config.getoption("--doc-version"))
+    devices = [b.name for b in config._detconf_backends]
+    cases = plan(catalog, devices, list(dict.fromkeys(modes)))
+    config._detconf_plan = cases
+    config._detconf_case_by_id = {c.id: c for c in cases}
+    return cases
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "conformance: a generated conformance test")
+    from conformance.catalog import SOURCES, UnknownSource
+    from engine.devices import UnknownDevice, resolve_devices
+    from engine.entry import CatalogError
+
+    runs = config.getoption("--runs")
+    if runs < 2:
+        raise pytest.UsageError(f"--runs must be at least 2 (got {runs}): the suite compares runs")
+    for source in config.getoption("--source") or []:
+        if source not in SOURCES:
+            raise pytest.UsageError(f"unknown source {source!r}; known: {', '.join(SOURCES)}")
+    try:
+        config._detconf_backends = resolve_devices(config.getoption("--device"))
+    except UnknownDevice as exc:
+        raise pytest.UsageError(str(exc)) from None
+    try:
+        _plan(config)
+    except (UnknownSource, CatalogError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+    except ValueError as exc:  # unknown doc version and other catalog input errors
+        raise pytest.UsageError(str(exc).splitlines()[0]) from None
+    if _is_worker(config):
+        _share_cpu_between_workers(config)
+    if not _is_worker(config):
+        config.pluginmanager.register(ResultsWriter(Path(config.getoption("--results")), config), "detconf-results")
+
+
+def _share_cpu_between_workers(config: pytest.Config) -> None:
+    import torch
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
+# ----------------------------------------------------------------------------- generation
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "conformance_case" in metafunc.fixturenames:
+        cases = _plan(metafunc.config)
+        metafunc.parametrize("conformance_case", cases, ids=[c.id for c in cases])
+
+
+@pytest.fixture
+def detconf_settings(request: pytest.FixtureRequest) -> dict:
+    config = request.config
+    return {
+        "backends": {b.name: b for b in config._detconf_backends},
+        "runs": config.getoption("--runs"),
+    }
+
+
+@pytest.fixture
+def record_row(request: pytest.FixtureRequest):
+    """Attach a result row to this test's report (the only channel out of a worker)."""
+
+    def record(row: dict) -> None:
+        row = dict(row, nodeid=request.node.nodeid, worker=os.environ.get("PYTEST_XDIST_WORKER", "main"))
+        request.node.user_properties.append((ROW_KEY, row))
+
+    return record
+
+
+# ----------------------------------------------------------------------------- header
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    import torch
+
+    from engine.determinism import current_state
+
+    lines = [f"detconf: torch {torch.__version__} (git {getattr(torch.version, 'git_version', '?')[:10]}), "
+             f"python {platform.python_version()}, {platform.platform()}"]
+    for backend in config._detconf_backends:
+        info = backend.describe()
+        state = "available" if info["available"] else "absent"
+        versions = ", ".join(f"{k} {v}" for k, v in info.get("versions", {}).items())
+        lines.append(f"detconf: device {backend.name} ({state}): {info.get('device_name', '')}"
+                     + (f" [{versions}]" if versions else ""))
+    lines.append(f"detconf: flags at start: {current_state().as_dict()}")
+    lines.append(f"detconf: hypothesis profile {settings._current_profile}; sources "
+                 f"{config.getoption('--source') or 'all'}; modes {config.getoption('--mode') or ['error', 'warn_only']}; "
+                 f"doc version {config.getoption('--doc-version') or 'installed'}; results {config.getoption('--results')}")
+    return lines
+
+
+# ----------------------------------------------------------------------------- collection of results
+def _environment(config: pytest.Config) -> dict:
+    import torch
+
+    def git_revision() -> str:
+        try:
+            out = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+                                 capture_output=True, text=True, timeout=10)
+            return out.stdout.strip() or "unknown"
+        except (OSError, subprocess.SubprocessError):
+            return "unknown"
+
+    devices = [b.describe() for b in config._detconf_backends]
+    cuda = next((d for d in devices if d["device"] == "cuda" and d["available"]), None)
+    versions = cuda["versions"] if cuda else {}
+    return {
+        "torch_version": torch.__version__,
+        "torch_git": getattr(torch.version, "git_version", None),
+        "cuda": torch.version.cuda,
+        "cudnn": versions.get("cudnn"),
+        "driver": versions.get("driver"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "suite_revision": git_revision(),
+        "hypothesis_profile": settings._current_profile,
+        "hypothesis_seed": config.getoption("hypothesis_seed", None),
+        "doc_version": config.getoption("--doc-version"),
+        "sources": config.getoption("--source") or "all",
+        "modes": config.getoption("--mode") or ["error", "warn_only"],
+        "runs": config.getoption("--runs"),
+        "argv": list(config.invocation_params.args),
+        "devices": devices,
+    }
+
+
+class ResultsWriter:
+    """Controller-side plugin: appends rows to the results file as reports
+    arrive; the first row of the session truncates it and writes the run record.
+    Workers never write: their rows reach the controller on the reports."""
+
+    def __init__(self, path: Path, config: pytest.Config) -> None:
+        self.path = path
+        self.config = config
+        self.run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+        self.written: set[str] = set()
+        self.handle = None
+        self.counts: dict[str, int] = {}
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.handle = open(self.path, "w", encoding="utf-8")
+        started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self._write({"record": "run", "schema": 1, "run_id": self.run_id, "started": started,
+                     "env": _environment(self.config)})
+
+    def _write(self, obj: dict) -> None:
+        self.handle.write(json.dumps(obj, sort_keys=True, default=str) + "\n")
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+
+    def add(self, nodeid: str, row: dict) -> None:
+        if nodeid in self.written:
+            return
+        if self.handle is None:
+            self._open()
+        self.written.add(nodeid)
+        row = dict(row, run_id=self.run_id)
+        self._write(row)
+        self.counts[row["verdict"]] = self.counts.get(row["verdict"], 0) + 1
+
+    # -- hooks
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        rows = [value for key, value in report.user_properties if key == ROW_KEY]
+        if rows:
+            self.add(report.nodeid, rows[-1])
+            return
+        if report.failed and report.nodeid not in self.written:
+            # A test that failed without a row: an exception outside the harness,
+            # or a worker that crashed (xdist reports the test it was running).
+            case = _case_for_nodeid(self.config, report.nodeid)
+            if case is not None:
+                from conformance.harness import crashed_row
+
+                text = str(report.longrepr).strip().splitlines()
+                row = crashed_row(case, text[-1] if text else "failed without a result row")
+                self.add(report.nodeid, dict(row, nodeid=report.nodeid))
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+        if not self.written:
+            return
+        tr = terminalreporter
+        tr.section("detconf conformance")
+        tr.write_line(f"results: {self.path} ({len(self.written)} rows)")
+        try:
+            from reports.summary import summary_lines
+        except ImportError:
+            tr.write_line(", ".join(f"{v} {n}" for v, n in sorted(self.counts.items())))
+        else:
+            for line in summary_lines(self.path):
+                tr.write_line(line)
+        if config.getoption("--no-report-build"):
+            return
+        try:
+            from reports.build import build
+        except ImportError:
+            return
+        out_dir = self.path.parent
+        try:
+            build([self.path], out_dir)
+        except Exception as exc:  # noqa: BLE001 - the results file is complete; say why the matrix is not
+            tr.write_line(f"matrix build failed: {type(exc).__name__}: {exc}")
+        else:
+            tr.write_line(f"matrix: {out_dir / 'matrix.md'} (+ matrix.csv, matrix.html, matrix.png, summary.json)")
+
+
+def _case_for_nodeid(config: pytest.Config, nodeid: str):
+    if f"::{CONFORMANCE_TEST}[" not in nodeid:
+        return None
+    param = nodeid.split(f"::{CONFORMANCE_TEST}[", 1)[1][:-1]
+    return config._detconf_case_by_id.get(param)

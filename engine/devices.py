@@ -1,0 +1,204 @@
+"""The backend contract: what the suite needs to know about a device type.
+
+A backend says whether it is available, how to synchronize, and describes
+itself (device name, driver / runtime versions). ``isolate_modes`` is a
+capability flag: where the determinism flag sticks per thread (Ascend NPU),
+each mode must run in a fresh process.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+KNOWN_DEVICES = ("cpu", "cuda", "mps", "npu")
+
+
+class UnknownDevice(ValueError):
+    """A device name that no backend knows (one-line message)."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    available: Callable[[], bool]
+    synchronize: Callable[[], None] = lambda: None
+    device_name: Callable[[], str] = lambda: ""
+    versions: Callable[[], dict] = dict
+    isolate_modes: bool = False
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def torch_device(self) -> torch.device:
+        return torch.device(self.name)
+
+    def describe(self) -> dict:
+        """JSON-safe description for the report header and the run record."""
+        info = {"device": self.name, "available": False, "device_name": "", "versions": {}, "isolate_modes": self.isolate_modes}
+        try:
+            info["available"] = bool(self.available())
+            if info["available"]:
+                info["device_name"] = self.device_name()
+                info["versions"] = self.versions()
+        except Exception as exc:  # noqa: BLE001 - a broken driver is reported, not fatal
+            info["error"] = f"{type(exc).__name__}: {exc}"
+        return info
+
+
+def _cpu_name() -> str:
+    proc = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    proc = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{proc} ({os.cpu_count()} threads, torch {torch.get_num_threads()} threads)"
+
+
+def _cpu_versions() -> dict:
+    return {"mkldnn": torch.backends.mkldnn.is_available(), "openmp": torch.backends.openmp.is_available()}
+
+
+def _cuda_versions() -> dict:
+    versions = {"cuda_runtime": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None}
+    if getattr(torch.version, "hip", None):
+        versions["hip"] = torch.version.hip
+    try:
+        props = torch.cuda.get_device_properties(0)
+        versions["capability"] = f"{props.major}.{props.minor}"
+        versions["memory_gib"] = round(props.total_memory / 2**30, 1)
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        driver = torch.cuda.driver_version() if hasattr(torch.cuda, "driver_version") else None
+        if driver:
+            versions["driver"] = driver
+    except Exception:  # noqa: BLE001
+        pass
+    if "driver" not in versions:
+        try:
+            import subprocess
+
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=10,
+            )
+            if out.returncode == 0:
+                versions["driver"] = out.stdout.strip().splitlines()[0]
+        except (OSError, subprocess.SubprocessError, IndexError):
+            pass
+    return versions
+
+
+def _npu_module():
+    try:
+        return importlib.import_module("torch_npu")
+    except Exception:  # noqa: BLE001 - absent or broken: not available
+        return None
+
+
+def _npu_available() -> bool:
+    return _npu_module() is not None and hasattr(torch, "npu") and torch.npu.is_available()
+
+
+def _npu_versions() -> dict:
+    mod = _npu_module()
+    return {"torch_npu": getattr(mod, "__version__", None)}
+
+
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps and mps.is_available())
+
+
+def _privateuse1_name() -> str | None:
+    try:
+        name = torch._C._get_privateuse1_backend_name()
+    except Exception:  # noqa: BLE001
+        return None
+    return None if name in ("privateuseone", "npu") else name
+
+
+def _privateuse1_backend(name: str) -> Backend:
+    def module():
+        return getattr(torch, name, None)
+
+    def available() -> bool:
+        mod = module()
+        return bool(mod is not None and getattr(mod, "is_available", lambda: False)())
+
+    def sync() -> None:
+        fn = getattr(module(), "synchronize", None)
+        if fn:
+            fn()
+
+    def device_name() -> str:
+        fn = getattr(module(), "get_device_name", None)
+        return fn() if fn else name
+
+    return Backend(name=name, available=available, synchronize=sync, device_name=device_name,
+                   versions=lambda: {"privateuse1": name})
+
+
+def backends() -> dict[str, Backend]:
+    """Every backend this process knows, available or not."""
+    table = {
+        "cpu": Backend("cpu", available=lambda: True, device_name=_cpu_name, versions=_cpu_versions),
+        "cuda": Backend(
+            "cuda",
+            available=torch.cuda.is_available,
+            synchronize=lambda: torch.cuda.synchronize(),
+            device_name=lambda: torch.cuda.get_device_name(0),
+            versions=_cuda_versions,
+        ),
+        "mps": Backend(
+            "mps",
+            available=_mps_available,
+            synchronize=lambda: torch.mps.synchronize(),
+            device_name=lambda: "Apple MPS",
+            versions=lambda: {"macos": platform.mac_ver()[0]},
+        ),
+        "npu": Backend(
+            "npu",
+            available=_npu_available,
+            synchronize=lambda: torch.npu.synchronize(),
+            device_name=lambda: torch.npu.get_device_name(0),
+            versions=_npu_versions,
+            # The Ascend docs: the deterministic state can be set once per thread;
+            # later settings do not take effect. Each mode gets a fresh process.
+            isolate_modes=True,
+            notes=("determinism flag sticks per thread",),
+        ),
+    }
+    extra = _privateuse1_name()
+    if extra and extra not in table:
+        table[extra] = _privateuse1_backend(extra)
+    return table
+
+
+def available_devices() -> list[str]:
+    return [name for name, b in backends().items() if b.describe()["available"]]
+
+
+def resolve_devices(requested: list[str] | None) -> list[Backend]:
+    """Backends for the requested names (default: every available one).
+
+    Unknown names raise :class:`UnknownDevice`. Known but absent devices are
+    kept: their tests are reported ``skipped`` with the reason.
+    """
+    table = backends()
+    if not requested:
+        return [table[name] for name in available_devices()]
+    out = []
+    for name in requested:
+        if name not in table:
+            raise UnknownDevice(f"unknown device {name!r}; known: {', '.join(sorted(table))}")
+        if table[name] not in out:
+            out.append(table[name])
+    return out

@@ -1,0 +1,262 @@
+"""Run a program several times on identical inputs and compare the bytes.
+
+The runner knows nothing about pytest or the catalog: it takes a
+:class:`~engine.program.Program`, a mode and a run count, and returns an
+:class:`Observation` — what happened, with the evidence.
+
+Comparison is on raw bytes (``uint8`` views), so two NaNs are equal only when
+their bit patterns are, and ``-0.0`` differs from ``0.0``: bitwise identity is
+the promise, not numerical closeness.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import torch
+
+from engine.determinism import deterministic_mode
+from engine.program import Program
+
+# The phrase torch's alert uses, both for the error and for the warn_only warning.
+DETERMINISM_ALERT = re.compile(r"does not have a deterministic implementation")
+# Messages that mean "this op / dtype is not implemented on this device".
+UNSUPPORTED = re.compile(
+    r"not implemented for|not supported|Could not run '|doesn't support|is not implemented|"
+    r"not currently supported|Unsupported|no kernel image|does not support",
+    re.IGNORECASE,
+)
+GRAD_SEED = 20_240_917
+
+
+@dataclass
+class RunRecord:
+    """One run: tensors as bytes plus what was raised / warned."""
+
+    outputs: list[torch.Tensor] = field(default_factory=list)  # uint8 byte views, on CPU
+    labels: list[str] = field(default_factory=list)  # "out[0]", "grad[x]"
+    values: list[torch.Tensor] = field(default_factory=list)  # detached values, for max diff
+    alert_error: str | None = None
+    alert_phase: str | None = None
+    other_error: str | None = None
+    unsupported: str | None = None
+    alert_warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Observation:
+    """What ``observe`` saw for one example (one case) under one mode.
+
+    - ``runs``: how many times the program ran.
+    - ``raised``: the determinism ``RuntimeError`` message, if any run raised it.
+    - ``raised_runs``: in how many runs it was raised.
+    - ``raise_phase``: ``"forward"`` or ``"backward"``.
+    - ``warnings``: determinism warnings seen (warn_only), deduplicated.
+    - ``warned_runs``: in how many runs at least one such warning came.
+    - ``unsupported``: message when the op / dtype is not implemented here.
+    - ``error``: any other exception, ``"Type: message"`` (a recipe or torch bug).
+    - ``identical``: True / False when every run returned; None when not comparable.
+    - ``mismatch``: which tensor differed first, and how (shape, dtype, bytes).
+    - ``max_abs_diff``: largest absolute difference among differing float tensors.
+    - ``fingerprint``: SHA-256 over run 0's bytes (outputs and gradients).
+    """
+
+    runs: int
+    raised: str | None = None
+    raised_runs: int = 0
+    raise_phase: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    warned_runs: int = 0
+    unsupported: str | None = None
+    error: str | None = None
+    identical: bool | None = None
+    mismatch: str | None = None
+    max_abs_diff: float | None = None
+    fingerprint: str | None = None
+    example: str = ""
+    repro: str = ""
+    case: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def raised_any(self) -> bool:
+        return self.raised_runs > 0
+
+    @property
+    def warned_any(self) -> bool:
+        return self.warned_runs > 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v not in (None, [], {})}
+
+
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """A flat ``uint8`` CPU view of ``t``'s values, in logical (row-major) order."""
+    t = t.detach()
+    if t.is_sparse:
+        t = t.to_dense()
+    if t.is_quantized:
+        t = t.int_repr()
+    if t.is_complex():
+        t = torch.view_as_real(t.resolve_conj())
+    t = t.resolve_neg().contiguous().reshape(-1).cpu()
+    if t.dtype == torch.bool:
+        return t.to(torch.uint8)
+    return t.view(torch.uint8)
+
+
+def flatten_tensors(value: Any, prefix: str = "out") -> list[tuple[str, torch.Tensor]]:
+    """Every tensor in a (nested) tuple / list / dict, with a label saying where."""
+    if isinstance(value, torch.Tensor):
+        return [(prefix, value)]
+    if isinstance(value, dict):
+        items: Iterable[tuple[Any, Any]] = sorted(value.items(), key=lambda kv: str(kv[0]))
+    elif isinstance(value, (tuple, list)):
+        items = enumerate(value)
+    else:
+        return []
+    out = []
+    for key, item in items:
+        out.extend(flatten_tensors(item, f"{prefix}[{key}]"))
+    return out
+
+
+def _fresh_inputs(program: Program) -> dict[str, torch.Tensor]:
+    fresh = {}
+    for name, tensor in program.inputs.items():
+        clone = tensor.detach().clone()
+        if name in program.grad_inputs:
+            clone.requires_grad_(True)
+        fresh[name] = clone
+    return fresh
+
+
+def _seeded_like(t: torch.Tensor, index: int) -> torch.Tensor:
+    gen = torch.Generator(device="cpu").manual_seed(GRAD_SEED + index)
+    g = torch.randn(t.shape, generator=gen, dtype=torch.float64)
+    if t.is_complex():
+        g = torch.complex(g, torch.randn(t.shape, generator=gen, dtype=torch.float64))
+    return g.to(dtype=t.dtype, device=t.device)
+
+
+def _classify(exc: BaseException, record: RunRecord, phase: str) -> None:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    first_line = text.splitlines()[0][:500]
+    if isinstance(exc, RuntimeError) and DETERMINISM_ALERT.search(str(exc)):
+        record.alert_error = first_line
+        record.alert_phase = phase
+    elif isinstance(exc, (NotImplementedError, RuntimeError, TypeError)) and UNSUPPORTED.search(str(exc)):
+        record.unsupported = first_line
+    else:
+        record.other_error = first_line
+
+
+def _run_once(program: Program, synchronize: Callable[[], None]) -> RunRecord:
+    record = RunRecord()
+    phase = "forward"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            inputs = _fresh_inputs(program)
+            result = program.fn(**inputs)
+            outputs = flatten_tensors(result)
+            if program.grad_inputs:
+                phase = "backward"
+                roots, grads = [], []
+                for i, (_, t) in enumerate(outputs):
+                    if t.requires_grad and (t.is_floating_point() or t.is_complex()):
+                        roots.append(t)
+                        grads.append(_seeded_like(t, i))
+                if not roots:
+                    raise AssertionError("backward entry but no differentiable output")
+                torch.autograd.backward(roots, grads)
+                for name in program.grad_inputs:
+                    grad = inputs[name].grad
+                    if grad is not None:
+                        outputs.append((f"grad[{name}]", grad))
+            synchronize()
+            for label, t in outputs:
+                record.labels.append(label)
+                record.outputs.append(as_bytes(t))
+                record.values.append(t.detach())
+        except Exception as exc:  # noqa: BLE001 - every failure is evidence
+            _classify(exc, record, phase)
+    record.alert_warnings = [str(w.message).splitlines()[0][:500] for w in caught if DETERMINISM_ALERT.search(str(w.message))]
+    return record
+
+
+def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float | None:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return None
+    if a.is_sparse:
+        a, b = a.to_dense(), b.to_dense()
+    if a.is_quantized:
+        a, b = a.int_repr(), b.int_repr()
+    if not (a.is_floating_point() or a.is_complex() or a.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)):
+        return None
+    diff = (a.cpu().to(torch.complex128 if a.is_complex() else torch.float64) - b.cpu().to(torch.complex128 if b.is_complex() else torch.float64)).abs()
+    diff = torch.nan_to_num(diff, nan=float("inf"))
+    return float(diff.max()) if diff.numel() else 0.0
+
+
+def compare_runs(first: RunRecord, other: RunRecord) -> tuple[bool, str | None, float | None]:
+    """(identical, mismatch description, max abs diff) between two complete runs."""
+    if first.labels != other.labels:
+        return False, f"different outputs: {first.labels} vs {other.labels}", None
+    for label, a, b, va, vb in zip(first.labels, first.outputs, other.outputs, first.values, other.values):
+        if va.shape != vb.shape or va.dtype != vb.dtype:
+            return False, f"{label}: shape/dtype {tuple(va.shape)} {va.dtype} vs {tuple(vb.shape)} {vb.dtype}", None
+        if not torch.equal(a, b):
+            nbytes = int((a != b).sum())
+            return False, f"{label}: {nbytes} of {a.numel()} bytes differ", _max_abs_diff(va, vb)
+    return True, None, None
+
+
+def fingerprint(record: RunRecord) -> str:
+    h = hashlib.sha256()
+    for label, t in zip(record.labels, record.outputs):
+        h.update(label.encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()
+
+
+def observe(
+    program: Program,
+    mode: str,
+    *,
+    runs: int = 2,
+    synchronize: Callable[[], None] = lambda: None,
+    case: dict[str, Any] | None = None,
+) -> Observation:
+    """Run ``program`` ``runs`` times under ``mode`` and say what happened."""
+    if runs < 2:
+        raise ValueError(f"runs must be at least 2 to compare, got {runs}")
+    records = []
+    with deterministic_mode(mode):
+        for _ in range(runs):
+            records.append(_run_once(program, synchronize))
+    obs = Observation(runs=runs, example=program.describe, repro=program.repro, case=dict(case or {}))
+    for r in records:
+        if r.alert_error:
+            obs.raised_runs += 1
+            obs.raised = obs.raised or r.alert_error
+            obs.raise_phase = obs.raise_phase or r.alert_phase
+        if r.alert_warnings:
+            obs.warned_runs += 1
+            for w in r.alert_warnings:
+                if w not in obs.warnings:
+                    obs.warnings.append(w)
+        obs.unsupported = obs.unsupported or r.unsupported
+        obs.error = obs.error or r.other_error
+    complete = [r for r in records if not (r.alert_error or r.unsupported or r.other_error)]
+    if len(complete) == len(records):
+        obs.identical = True
+        for other in records[1:]:
+            same, mismatch, diff = compare_runs(records[0], other)
+            if not same:
+                obs.identical, obs.mismatch, obs.max_abs_diff = False, mismatch, diff
+                break
+        obs.fingerprint = fingerprint(records[0])
+    return obs

@@ -1,0 +1,113 @@
+"""Expectation and verdict: what the docs promise for (entry, device, mode), and
+whether an observation keeps that promise.
+
+Both functions are pure: plain data in, a string out. The table they
+implement is GUIDE.md §3.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from engine.entry import Entry
+from engine.runner import Observation
+
+# Ordered worst first: when examples disagree, the worst verdict stands.
+FAILING = (
+    "nondeterministic",
+    "missing-raise",
+    "undocumented-raise",
+    "stale-doc",
+    "missing-warning",
+    "spurious-warning",
+    "violated",
+    "harness-error",
+)
+PASSING = ("conforms", "nondeterminism-seen", "no-difference-seen", "recorded", "unsupported", "skipped")
+VERDICTS = FAILING + PASSING
+
+
+def expected_outcome(entry: Entry, device_type: str, mode: str, *, raise_documented_elsewhere: bool = False) -> str:
+    """``"raises"``, ``"warns"``, ``"deterministic"``, ``"holds"`` or ``"observe"``.
+
+    A raise is expected where the entry's own sentence promises one for this
+    device, or — on a device the sentence does not name — where another entry
+    of the same catalog documents a raise for the same op there
+    (``raise_documented_elsewhere``; e.g. ``put_(accumulate=True)`` is
+    deterministic on CPU and raises on CUDA).
+    """
+    if mode == "off":
+        return "observe"
+    if entry.promise == "behaves":
+        return "holds"
+    documented_raise = (entry.promise == "raises" and entry.applies_to(device_type)) or (
+        raise_documented_elsewhere and not entry.applies_to(device_type)
+    )
+    if documented_raise:
+        return "raises" if mode == "error" else "warns"
+    return "deterministic"
+
+
+def verdict_for(expected: str, obs: Observation) -> str:
+    """The verdict for one observation (one example, one case)."""
+    if obs.error:
+        return "harness-error"
+    if expected == "observe":
+        if obs.raised_any:
+            return "harness-error"  # nothing may raise with determinism off
+        if obs.unsupported:
+            return "unsupported"
+        return "nondeterminism-seen" if obs.identical is False else "no-difference-seen"
+    if expected == "raises":
+        if obs.raised_runs == obs.runs:
+            return "conforms"
+        if obs.unsupported and not obs.raised_any:
+            return "unsupported"
+        return "stale-doc" if obs.identical else "missing-raise"
+    if expected == "warns":
+        if obs.raised_any:
+            return "undocumented-raise"  # warn_only must never raise the alert
+        if obs.unsupported:
+            return "unsupported"
+        if obs.warned_runs < obs.runs:
+            return "missing-warning"
+        return "conforms"
+    if expected == "deterministic":
+        if obs.raised_any:
+            return "undocumented-raise"
+        if obs.unsupported:
+            return "unsupported"
+        if obs.identical is False:
+            return "nondeterministic"
+        if obs.warned_any:
+            return "spurious-warning"
+        return "conforms"
+    raise ValueError(f"unknown expectation {expected!r}")
+
+
+def worst(verdicts: Iterable[str]) -> str:
+    """Combine per-example verdicts: the worst failing one, else ``conforms`` if
+    any example conformed, else the informational / unsupported one."""
+    seen = list(verdicts)
+    if not seen:
+        return "harness-error"
+    for v in VERDICTS:
+        if v in seen:
+            if v in PASSING and "conforms" in seen:
+                return "conforms"
+            return v
+    raise ValueError(f"unknown verdicts {sorted(set(seen) - set(VERDICTS))}")
+
+
+def observed_word(obs: Observation) -> str:
+    """One word for the matrix: what was seen, independent of what was expected."""
+    if obs.error:
+        return "error"
+    if obs.raised_any:
+        return "raised" if obs.raised_runs == obs.runs else "raised-sometimes"
+    if obs.unsupported:
+        return "unsupported"
+    if obs.identical is False:
+        return "nondeterministic" if not obs.warned_any else "warned+nondeterministic"
+    if obs.warned_any:
+        return "warned"
+    return "deterministic"

@@ -1,0 +1,53 @@
+"""The guard sets a mode and restores every setting, also after an exception."""
+import pytest
+import torch
+
+from engine.determinism import current_state, deterministic_mode
+
+
+@pytest.fixture(autouse=True)
+def pristine():
+    before = current_state()
+    yield
+    torch.use_deterministic_algorithms(before.enabled, warn_only=before.warn_only)
+
+
+@pytest.mark.parametrize("mode,enabled,warn_only", [("error", True, False), ("warn_only", True, True), ("off", False, False)])
+def test_mode_is_applied(mode, enabled, warn_only):
+    with deterministic_mode(mode):
+        assert torch.are_deterministic_algorithms_enabled() is enabled
+        assert torch.is_deterministic_algorithms_warn_only_enabled() is warn_only
+
+
+def test_everything_restored_after_exception():
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    torch.backends.cudnn.benchmark = True
+    before = current_state()
+    with pytest.raises(ZeroDivisionError):
+        with deterministic_mode("error"):
+            torch.utils.deterministic.fill_uninitialized_memory = True
+            torch.backends.cudnn.deterministic = True
+            assert not torch.is_deterministic_algorithms_warn_only_enabled()
+            assert torch.backends.cudnn.benchmark is False  # the notes' recommendation
+            1 / 0
+    assert current_state() == before
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    torch.backends.cudnn.benchmark = False
+
+
+def test_nested_guards_restore_in_order():
+    torch.use_deterministic_algorithms(False)
+    with deterministic_mode("warn_only"):
+        with deterministic_mode("error"):
+            assert torch.get_deterministic_debug_mode() == 2
+        assert torch.get_deterministic_debug_mode() == 1
+    assert torch.get_deterministic_debug_mode() == 0
+
+
+def test_unknown_mode_rejected_without_side_effects():
+    before = current_state()
+    with pytest.raises(ValueError, match="mode must be one of"):
+        with deterministic_mode("sometimes"):
+            pass
+    assert current_state() == before

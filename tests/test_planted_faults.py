@@ -1,0 +1,99 @@
+"""The harness can fail: planted faults get exactly the verdict they deserve,
+through the whole path (recipe -> Hypothesis -> runner -> verdict -> row)."""
+import pytest
+from hypothesis import settings
+
+from conformance.catalog import Case
+from conformance.harness import failure_message, judge
+from engine.devices import backends
+from tests.planted import planted_entry
+
+FAST = settings(max_examples=5, derandomize=True, database=None, deadline=None)
+CPU = backends()["cpu"]
+
+
+def run(op, promise, mode, **kw):
+    case = Case(planted_entry(op, promise, **{k: v for k, v in kw.items() if k in ("devices", "backward")}), "cpu", mode,
+                kw.get("elsewhere"))
+    return judge(case, CPU, hypothesis_settings=FAST)
+
+
+def test_a_op_whose_bytes_change_every_call_is_nondeterministic():
+    row = run("planted.changes_every_call", "deterministic", "error")
+    assert row["verdict"] == "nondeterministic"
+    assert row["observed"] == "nondeterministic"
+    assert "bytes differ" in row["detail"]["mismatch"]
+    assert row["detail"]["max_abs_diff"] >= 1.0
+    message = failure_message(row, "conformance/test_documented.py::test_documented[x]")
+    assert "nondeterministic" in message and "reproducer" not in message or "import torch" in message
+    assert "rerun: pytest" in message
+
+
+def test_a_nondeterministic_gradient_is_caught():
+    row = run("planted.grad_changes_every_call", "deterministic", "error", backward=True)
+    assert row["verdict"] == "nondeterministic"
+    assert "grad[x]" in row["detail"]["mismatch"]
+
+
+def test_b_documented_raise_that_stopped_raising_is_stale_doc():
+    row = run("planted.deterministic", "raises", "error")
+    assert row["verdict"] == "stale-doc"
+    assert row["expected"] == "raises" and row["observed"] == "deterministic"
+
+
+def test_b_documented_raise_missing_and_nondeterministic_is_missing_raise():
+    row = run("planted.changes_every_call", "raises", "error")
+    assert row["verdict"] == "missing-raise"
+
+
+def test_c_raise_where_determinism_was_promised_is_undocumented_raise():
+    row = run("planted.alerts", "deterministic", "error")
+    assert row["verdict"] == "undocumented-raise"
+    assert "does not have a deterministic implementation" in row["detail"]["raised"]
+
+
+def test_d_warn_only_without_warning_is_missing_warning():
+    row = run("planted.deterministic", "raises", "warn_only")
+    assert row["verdict"] == "missing-warning"
+
+
+def test_spurious_warning():
+    row = run("planted.alerts", "deterministic", "warn_only")
+    assert row["verdict"] == "spurious-warning"
+
+
+@pytest.mark.parametrize("mode", ["error", "warn_only"])
+def test_documented_raise_that_raises_conforms(mode):
+    row = run("planted.alerts", "raises", mode)
+    assert row["verdict"] == "conforms"
+    assert row["observed"] == ("raised" if mode == "error" else "warned")
+    assert row["examples"] >= 5 and row["runs"] == 2
+
+
+def test_raise_documented_for_this_device_by_another_entry_conforms():
+    row = run("planted.alerts", "deterministic", "error", devices=("cuda",), elsewhere="other-entry")
+    assert row["verdict"] == "conforms" and row["detail"]["raise_documented_by"] == "other-entry"
+
+
+def test_unsupported_and_harness_error():
+    assert run("planted.not_implemented", "deterministic", "error")["verdict"] == "unsupported"
+    row = run("planted.broken_recipe", "deterministic", "error")
+    assert row["verdict"] == "harness-error" and "AttributeError" in row["detail"]["error"]
+
+
+def test_positive_control_mode_off():
+    assert run("planted.changes_every_call", "deterministic", "off")["verdict"] == "nondeterminism-seen"
+    assert run("planted.deterministic", "deterministic", "off")["verdict"] == "no-difference-seen"
+
+
+def test_entry_without_recipe_is_a_loud_harness_error():
+    row = run("planted.nobody_wrote_this", "deterministic", "error")
+    assert row["verdict"] == "harness-error" and row["observed"] == "no-recipe"
+    assert "planted.nobody_wrote_this" in row["detail"]["error"]
+
+
+def test_rows_are_json_safe():
+    import json
+
+    row = run("planted.changes_every_call", "deterministic", "error")
+    assert json.loads(json.dumps(row)) == row

@@ -1,0 +1,131 @@
+"""The runner compares bytes: NaN patterns, signed zeros, shapes and dtypes."""
+import math
+import struct
+
+import pytest
+import torch
+
+from engine.program import Program
+from engine.runner import as_bytes, compare_runs, flatten_tensors, observe
+
+
+def nan_with_payload(payload: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", 0x7FC00000 | payload))[0]
+
+
+def _constant(values):
+    """A program that returns, on run i, ``values[i]`` (cycling)."""
+    state = {"i": 0}
+
+    def fn(x):
+        out = values[state["i"] % len(values)].clone()
+        state["i"] += 1
+        return out
+
+    return Program(fn=fn, inputs={"x": torch.zeros(1)})
+
+
+def test_same_nan_bits_are_identical():
+    t = torch.tensor([1.0, float("nan"), 3.0])
+    obs = observe(_constant([t, t.clone()]), "error")
+    assert obs.identical is True
+
+
+def test_different_nan_payloads_differ():
+    a = torch.tensor([nan_with_payload(1)], dtype=torch.float32)
+    b = torch.tensor([nan_with_payload(2)], dtype=torch.float32)
+    assert math.isnan(a.item()) and math.isnan(b.item())
+    obs = observe(_constant([a, b]), "error")
+    assert obs.identical is False
+    assert "bytes differ" in obs.mismatch
+
+
+def test_signed_zero_differs():
+    obs = observe(_constant([torch.tensor([0.0]), torch.tensor([-0.0])]), "error")
+    assert obs.identical is False
+
+
+def test_shape_and_dtype_changes_differ():
+    obs = observe(_constant([torch.zeros(2), torch.zeros(3)]), "error")
+    assert obs.identical is False and "shape" in obs.mismatch
+    obs = observe(_constant([torch.zeros(2), torch.zeros(2, dtype=torch.float64)]), "error")
+    assert obs.identical is False
+
+
+def test_max_abs_diff_reported():
+    obs = observe(_constant([torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5])]), "error")
+    assert obs.identical is False
+    assert obs.max_abs_diff == pytest.approx(0.5)
+
+
+def test_more_runs_catch_a_late_difference():
+    t = torch.tensor([1.0])
+    obs = observe(_constant([t, t, torch.tensor([2.0])]), "error", runs=3)
+    assert obs.identical is False
+    assert observe(_constant([t, t, torch.tensor([2.0])]), "error", runs=2).identical is True
+
+
+def test_runs_below_two_rejected():
+    with pytest.raises(ValueError, match="at least 2"):
+        observe(_constant([torch.zeros(1)]), "error", runs=1)
+
+
+def test_inputs_are_cloned_for_each_run():
+    x = torch.zeros(3)
+    prog = Program(fn=lambda x: x.add_(1), inputs={"x": x})
+    obs = observe(prog, "error", runs=3)
+    assert obs.identical is True
+    assert torch.equal(x, torch.zeros(3)), "the recipe's input must stay untouched"
+
+
+def test_gradients_are_compared():
+    state = {"i": 0}
+
+    def fn(x):
+        state["i"] += 1
+        return x * state["i"]  # same forward value for x == 0, gradient changes
+
+    prog = Program(fn=fn, inputs={"x": torch.zeros(2)}, grad_inputs=("x",))
+    obs = observe(prog, "error")
+    assert obs.identical is False
+    assert "grad[x]" in obs.mismatch
+
+
+def test_byte_views_of_special_tensors():
+    c = torch.tensor([1 + 2j], dtype=torch.complex64)
+    assert as_bytes(c).numel() == 8
+    assert as_bytes(torch.tensor([True, False])).tolist() == [1, 0]
+    q = torch.quantize_per_tensor(torch.tensor([0.5, 1.0]), 0.5, 0, torch.quint8)
+    assert as_bytes(q).tolist() == [1, 2]
+    s = torch.eye(2).to_sparse()
+    assert torch.equal(as_bytes(s), as_bytes(torch.eye(2)))
+    nc = torch.arange(6.0).reshape(2, 3).t()
+    assert torch.equal(as_bytes(nc), as_bytes(nc.contiguous()))
+
+
+def test_flatten_nested_outputs():
+    labels = [label for label, _ in flatten_tensors({"b": (torch.zeros(1), [torch.ones(1)]), "a": torch.zeros(1), "n": 3})]
+    assert labels == ["out[a]", "out[b][0]", "out[b][1][0]"]
+
+
+def test_alert_error_and_warning_are_captured():
+    def fn(x):
+        return x.put_(torch.tensor([0]), torch.ones(1), accumulate=False)
+
+    prog = Program(fn=fn, inputs={"x": torch.zeros(2)})
+    err = observe(prog, "error")
+    assert err.raised_runs == 2 and "does not have a deterministic implementation" in err.raised
+    assert err.identical is None
+    warn = observe(prog, "warn_only")
+    assert warn.raised_runs == 0 and warn.warned_runs == 2 and warn.identical is True
+    off = observe(prog, "off")
+    assert off.raised_runs == 0 and off.warned_runs == 0
+
+
+def test_other_errors_are_not_alerts():
+    prog = Program(fn=lambda x: x.no_such_method(), inputs={"x": torch.zeros(1)})
+    obs = observe(prog, "error")
+    assert obs.error.startswith("AttributeError") and obs.raised is None
+    prog = Program(fn=lambda x: (_ for _ in ()).throw(NotImplementedError("foo not implemented for 'Half'")),
+                   inputs={"x": torch.zeros(1)})
+    assert observe(prog, "error").unsupported
