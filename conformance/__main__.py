@@ -1,0 +1,77 @@
+"""Command line: ``python -m conformance <command> ...``.
+
+Commands:
+
+- ``entries [--doc-version X] [--source torch-docs]``: print the catalog as JSON
+  lines (one ``Entry.to_json()`` per line, sorted keys). Without ``--doc-version``
+  the docstring of the installed torch is parsed.
+
+Usage errors and catalog errors print one line on stderr and exit with status 2.
+To add a command, write ``_add_<name>(subparsers)`` registering a parser whose
+``run`` default is ``fn(args) -> int``, and call it in :func:`build_parser`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn, Sequence
+
+EXIT_USAGE = 2
+SOURCES = ("torch-docs",)
+
+
+class UsageError(Exception):
+    """A bad argument or an unknown input; the message is one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, for scripts that read stderr."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _entries(args: argparse.Namespace) -> int:
+    from engine import docspec
+    from engine.entry import entries_to_jsonl
+
+    if args.doc_version is None:
+        entries = docspec.installed_entries()
+    else:
+        entries = docspec.snapshot_entries(args.doc_version)
+    sys.stdout.write(entries_to_jsonl(entries))
+    return 0
+
+
+def _add_entries(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("entries", help="print the catalog of documented entries as JSON lines")
+    p.add_argument("--doc-version", metavar="X",
+                   help="parse the docstring snapshot of release X (default: the installed torch)")
+    p.add_argument("--source", default="torch-docs", choices=SOURCES, help="where the entries come from")
+    p.set_defaults(run=_entries)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m conformance", description="detconf conformance suite tools")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _add_entries(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from engine.docspec import UnknownDocVersion
+    from engine.entry import CatalogError
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            raise UsageError(f"{parser.prog}: a command is required (one of: entries)")
+        return args.run(args)
+    except (UsageError, CatalogError, UnknownDocVersion) as exc:
+        print(" ".join(str(exc).split()), file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Doc drift: how the promises of ``torch.use_deterministic_algorithms`` changed across releases.
+
+``python -m reports drift [--out DIR]`` reads every docstring snapshot known to
+:mod:`engine.docspec` and writes ``drift.md`` and ``drift.csv``.
+
+The key that follows one promise across releases is the **entry id**
+(``MaxPool3d.backward[cuda]``, ``put_(accumulate=False)``): the short op name,
+keyword cases, ``.backward`` and the condition tags, devices included.
+
+- The short op name (not the qualified one) keeps a promise whose spelling
+  changed on the same key: 1.8's ``torch.__getitem__`` and 1.9's
+  ``torch.Tensor.__getitem__`` are one row ("reworded"), not a leave and an enter.
+- Devices stay in the key because 2.15 documents MPS promises for ops whose CUDA
+  promise sits in the other list (``MaxPool3d.backward[cuda]`` deterministic,
+  ``MaxPool3d.backward[mps]`` raises); without devices they would collide.
+- A changed condition is a different promise: ``bincount[cuda]`` left in 2.1 and
+  ``bincount[weights,cuda]`` entered, which is what a reader of the docs must learn.
+
+Ids are unique within a release across all lists (``engine.entry.check_unique``),
+so a key has at most one list per release. Changes are ``entered``, ``left``,
+``moved`` (between lists) and ``reworded`` (same key and list, other sentence).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+import pandas as pd
+
+from engine.docspec import known_doc_versions, snapshot_entries
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "published" / "drift"
+CHANGE_ORDER = ("moved", "entered", "left", "reworded")
+EVENT_COLUMNS = ["release", "previous_release", "change", "key", "op", "from_list", "to_list",
+                 "sentence", "previous_sentence"]
+
+
+def presence_table(versions: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per (release, key): op, list and sentence as that release documents them."""
+    versions = list(known_doc_versions() if versions is None else versions)
+    rows = [
+        {"release": v, "key": e.id, "op": e.op, "list_name": e.list_name, "sentence": e.sentence}
+        for v in versions
+        for e in snapshot_entries(v)
+    ]
+    table = pd.DataFrame(rows, columns=["release", "key", "op", "list_name", "sentence"])
+    # A multi-op bullet shares its sentence between entries, never its key.
+    return table.drop_duplicates(["release", "key"])
+
+
+def drift_events(presence: pd.DataFrame, versions: Sequence[str]) -> pd.DataFrame:
+    """Changes between consecutive releases, sorted by release, change and key."""
+    rows = []
+    for previous, release in zip(versions, versions[1:]):
+        before = presence[presence.release == previous].set_index("key")
+        after = presence[presence.release == release].set_index("key")
+        for key in sorted(set(before.index) | set(after.index)):
+            old = before.loc[key] if key in before.index else None
+            new = after.loc[key] if key in after.index else None
+            if old is None:
+                change = "entered"
+            elif new is None:
+                change = "left"
+            elif old.list_name != new.list_name:
+                change = "moved"
+            elif old.sentence != new.sentence:
+                change = "reworded"
+            else:
+                continue
+            rows.append({
+                "release": release,
+                "previous_release": previous,
+                "change": change,
+                "key": key,
+                "op": (new if new is not None else old).op,
+                "from_list": "" if old is None else old.list_name,
+                "to_list": "" if new is None else new.list_name,
+                "sentence": "" if new is None else new.sentence,
+                "previous_sentence": "" if old is None else old.sentence,
+            })
+    events = pd.DataFrame(rows, columns=EVENT_COLUMNS)
+    order = {v: i for i, v in enumerate(versions)}
+    events["_r"] = events.release.map(order)
+    events["_c"] = events.change.map(CHANGE_ORDER.index)
+    return events.sort_values(["_r", "_c", "key"]).drop(columns=["_r", "_c"]).reset_index(drop=True)
+
+
+def key_history(presence: pd.DataFrame, versions: Sequence[str]) -> pd.DataFrame:
+    """One row per key: its runs of releases per list, e.g. ``raises 1.8.0–2.12.0; deterministic 2.13.0–2.15.0``."""
+    lists = presence.pivot(index="key", columns="release", values="list_name")
+    ops = presence.assign(_r=presence.release.map({v: i for i, v in enumerate(versions)}))
+    latest_op = ops.sort_values("_r").groupby("key").op.last()
+    rows = []
+    for key in sorted(lists.index):
+        runs: list[tuple[str, str, str]] = []
+        previous_list = None
+        for v in versions:
+            current = lists.at[key, v] if v in lists.columns else None
+            current = None if pd.isna(current) else current
+            if current is not None and current == previous_list:
+                runs[-1] = (runs[-1][0], runs[-1][1], v)
+            elif current is not None:
+                runs.append((current, v, v))
+            previous_list = current
+        rows.append({
+            "key": key,
+            "op": latest_op[key],
+            "history": "; ".join(f"{name} {a}–{b}" if a != b else f"{name} {a}" for name, a, b in runs),
+            "in_latest": runs[-1][2] == versions[-1],
+        })
+    return pd.DataFrame(rows, columns=["key", "op", "history", "in_latest"])
+
+
+def _md_table(frame: pd.DataFrame) -> str:
+    # Keys such as ``cumsum[floating|complex,cuda]`` hold pipes, which end a Markdown cell.
+    escaped = frame.astype(str).apply(lambda col: col.str.replace("|", r"\|", regex=False))
+    return escaped.to_markdown(index=False)
+
+
+def render_markdown(events: pd.DataFrame, history: pd.DataFrame, versions: Sequence[str]) -> str:
+    counts = events.change.value_counts()
+    summary = ", ".join(f"{counts.get(c, 0)} {c}" for c in CHANGE_ORDER)
+    short_events = events[["release", "change", "key", "op", "from_list", "to_list"]]
+    return "\n".join([
+        "# Doc drift of `torch.use_deterministic_algorithms`",
+        "",
+        f"Releases: {', '.join(versions)} (docstring snapshots in `conformance/data/torch-docs/`).",
+        "",
+        "Key: the entry id (short op name, keyword cases, `.backward`, condition tags and devices), so a",
+        "promise keeps its key when the docs respell the op and gets a new one when its condition changes.",
+        "`cublas` is the list of ops that raise without `CUBLAS_WORKSPACE_CONFIG` (until 2.9).",
+        "",
+        f"## Changes between consecutive releases ({summary})",
+        "",
+        _md_table(short_events),
+        "",
+        "## History per key",
+        "",
+        _md_table(history),
+        "",
+    ])
+
+
+def build(versions: Sequence[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    versions = list(known_doc_versions() if versions is None else versions)
+    presence = presence_table(versions)
+    return drift_events(presence, versions), key_history(presence, versions), versions
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(f"{self.prog}: {message}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _Parser(prog="python -m reports drift", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT})")
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as exc:
+        print(exc, file=__import__("sys").stderr)
+        return 2
+    events, history, versions = build()
+    args.out.mkdir(parents=True, exist_ok=True)
+    events.to_csv(args.out / "drift.csv", index=False, lineterminator="\n")
+    (args.out / "drift.md").write_text(render_markdown(events, history, versions), encoding="utf-8")
+    print(f"wrote {args.out / 'drift.md'} and {args.out / 'drift.csv'} ({len(events)} changes)")
+    return 0
