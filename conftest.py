@@ -20,15 +20,14 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from conformance import profiles
+
 ROOT = Path(__file__).resolve().parent
 DEFAULT_RESULTS = ROOT / "reports" / "out" / "results.jsonl"
 ROW_KEY = "detconf_row"
 CONFORMANCE_TEST = "test_documented"
 
-settings.register_profile("dev", max_examples=10, deadline=None)
-settings.register_profile("ci", max_examples=6, derandomize=True, database=None, deadline=None, print_blob=True)
-settings.register_profile("thorough", max_examples=100, deadline=None)
-settings.load_profile(os.environ.get("DETCONF_HYPOTHESIS_PROFILE", "dev"))
+profiles.load(os.environ.get("DETCONF_HYPOTHESIS_PROFILE", "dev"))
 
 
 # ----------------------------------------------------------------------------- options
@@ -42,12 +41,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mode", action="append", default=None, choices=ALL_MODES, metavar="MODE",
                     help="error | warn_only | off (repeatable; default: error and warn_only)")
     group.addoption("--source", action="append", default=None, metavar="NAME",
-                    help="catalog source (repeatable): torch-docs, flag-api, repro-notes; default: all")
+                    help="catalog source (repeatable): torch-docs, ascend, flag-api, repro-notes, sweep; "
+                         "default: all but sweep")
     group.addoption("--doc-version", default=None, metavar="X.Y.Z",
                     help="judge the installed torch against this release's documented promises")
     group.addoption("--results", default=str(DEFAULT_RESULTS), metavar="PATH",
                     help="JSON-lines results file (default: reports/out/results.jsonl)")
     group.addoption("--runs", type=int, default=2, metavar="N", help="runs per example (>= 2; default 2)")
+    group.addoption("--isolate", action="store_true",
+                    help="judge every case in a fresh process (always on for backends that need it, e.g. npu)")
     group.addoption("--no-report-build", action="store_true",
                     help="do not build the matrix under the results file's folder at the end")
 
@@ -61,9 +63,9 @@ def _plan(config: pytest.Config):
     cached = getattr(config, "_detconf_plan", None)
     if cached is not None:
         return cached
-    from conformance.catalog import DEFAULT_MODES, SOURCES, load_catalog, plan
+    from conformance.catalog import DEFAULT_MODES, DEFAULT_SOURCES, load_catalog, plan
 
-    sources = config.getoption("--source") or list(SOURCES)
+    sources = config.getoption("--source") or list(DEFAULT_SOURCES)
     modes = config.getoption("--mode") or list(DEFAULT_MODES)
     catalog = load_catalog(sources, doc_version=config.getoption("--doc-version"))
     devices = [b.name for b in config._detconf_backends]
@@ -73,7 +75,9 @@ def _plan(config: pytest.Config):
     return cases
 
 
+@pytest.hookimpl(trylast=True)  # after Hypothesis' plugin has loaded --hypothesis-profile
 def pytest_configure(config: pytest.Config) -> None:
+    profiles.load(settings._current_profile)
     config.addinivalue_line("markers", "conformance: a generated conformance test")
     from conformance.catalog import SOURCES, UnknownSource
     from engine.devices import UnknownDevice, resolve_devices
@@ -118,9 +122,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def detconf_settings(request: pytest.FixtureRequest) -> dict:
     config = request.config
+    from conformance.catalog import DEFAULT_SOURCES
+
     return {
         "backends": {b.name: b for b in config._detconf_backends},
         "runs": config.getoption("--runs"),
+        "isolate": config.getoption("--isolate"),
+        "sources": config.getoption("--source") or list(DEFAULT_SOURCES),
+        "doc_version": config.getoption("--doc-version"),
+        "profile": settings._current_profile,
     }
 
 

@@ -2,7 +2,7 @@
 
 Commands:
 
-- ``entries [--doc-version X] [--source torch-docs]``: print the catalog as JSON
+- ``entries [--doc-version X] [--source NAME ...]``: print the catalog as JSON
   lines (one ``Entry.to_json()`` per line, sorted keys). Without ``--doc-version``
   the docstring of the installed torch is parsed.
 
@@ -17,7 +17,6 @@ import sys
 from typing import NoReturn, Sequence
 
 EXIT_USAGE = 2
-SOURCES = ("torch-docs",)
 
 
 class UsageError(Exception):
@@ -32,13 +31,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _entries(args: argparse.Namespace) -> int:
-    from engine import docspec
+    from conformance.catalog import UnknownSource, load_catalog
     from engine.entry import entries_to_jsonl
 
-    if args.doc_version is None:
-        entries = docspec.installed_entries()
-    else:
-        entries = docspec.snapshot_entries(args.doc_version)
+    try:
+        entries = load_catalog(args.source or ["torch-docs"], doc_version=args.doc_version)
+    except UnknownSource as exc:
+        raise UsageError(str(exc)) from None
     sys.stdout.write(entries_to_jsonl(entries))
     return 0
 
@@ -47,7 +46,9 @@ def _add_entries(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("entries", help="print the catalog of documented entries as JSON lines")
     p.add_argument("--doc-version", metavar="X",
                    help="parse the docstring snapshot of release X (default: the installed torch)")
-    p.add_argument("--source", default="torch-docs", choices=SOURCES, help="where the entries come from")
+    p.add_argument("--source", action="append", default=None, metavar="NAME",
+                   help="where the entries come from (repeatable): torch-docs (default), ascend, flag-api, "
+                        "repro-notes, sweep")
     p.set_defaults(run=_entries)
 
 

@@ -9,11 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from engine.entry import CatalogError, Entry, check_unique
+from pathlib import Path
 
-OP_SOURCES = ("torch-docs",)
+from engine.entry import CatalogError, Entry, check_unique, load_entries_file
+
+DATA = Path(__file__).resolve().parent / "data"
+OP_SOURCES = ("torch-docs", "ascend")
+# Sources that are run only when asked for by name (slow, or not a promise).
+OPT_IN_SOURCES = ("sweep",)
 CHECK_SOURCES = ("flag-api", "repro-notes")
-SOURCES = OP_SOURCES + CHECK_SOURCES
+DEFAULT_SOURCES = OP_SOURCES + CHECK_SOURCES
+SOURCES = DEFAULT_SOURCES + OPT_IN_SOURCES
 DEFAULT_MODES = ("error", "warn_only")
 ALL_MODES = ("error", "warn_only", "off")
 
@@ -28,6 +34,12 @@ def load_entries(source: str, *, doc_version: str | None = None) -> list[Entry]:
         from engine import docspec
 
         entries = docspec.snapshot_entries(doc_version) if doc_version else docspec.installed_entries()
+    elif source == "ascend":
+        entries = load_entries_file(DATA / "ascend.json", source="ascend")
+    elif source == "sweep":
+        from conformance.sweep import sweep_entries
+
+        entries = sweep_entries()
     elif source in CHECK_SOURCES:
         from conformance.checks import load_check_entries
 

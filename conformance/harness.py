@@ -75,6 +75,8 @@ def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
     recipe = program.recipe_for(case.entry.op)
     try:
         prog = recipe(data.draw, case.entry, kwargs, backend.torch_device())
+    except program.RecipeSkipped as skip:
+        return Record("skipped", "skipped", {"reason": str(skip)})
     except (hypothesis.errors.UnsatisfiedAssumption, hypothesis.errors.StopTest):
         raise
     except Exception as exc:  # noqa: BLE001 - a recipe that cannot build its example is our bug
@@ -82,6 +84,8 @@ def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
                                                  "traceback": traceback.format_exc(limit=4)})
     obs = observe(prog, case.mode, runs=runs, synchronize=backend.synchronize, case=kwargs)
     v = verdict.verdict_for(expected, obs)
+    if v == "nondeterministic" and case.entry.source == "sweep":
+        v = "undocumented-nondeterminism"  # the sweep's ops are not in the lists
     return Record(v, verdict.observed_word(obs), obs.to_json())
 
 
@@ -140,6 +144,8 @@ def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: s
         for kwargs in case.entry.case_kwargs():
             rec = _op_record(case, expected, backend, data, kwargs, runs)
             records.append(rec)
+            if rec.verdict == "skipped":
+                raise _SkipCase(rec.detail.get("reason", ""))
             if rec.verdict in verdict.FAILING:
                 raise _NonConforming(rec.verdict)
 

@@ -8,6 +8,7 @@ attaches the result row to its report, and fails when the verdict does.
 import pytest
 
 from conformance.harness import failure_message, judge, skipped_row
+from conformance.isolated import judge_in_subprocess
 from engine.verdict import PASSING
 
 
@@ -17,7 +18,11 @@ def test_documented(conformance_case, detconf_settings, record_row, request):
     if not backend.describe()["available"]:
         record_row(skipped_row(case, f"device {case.device!r} is not available on this machine"))
         pytest.skip(f"device {case.device!r} is not available")
-    row = judge(case, backend, runs=detconf_settings["runs"])
+    if backend.isolate_modes or detconf_settings["isolate"]:
+        row = judge_in_subprocess(case, sources=detconf_settings["sources"], doc_version=detconf_settings["doc_version"],
+                                  profile=detconf_settings["profile"], runs=detconf_settings["runs"])
+    else:
+        row = judge(case, backend, runs=detconf_settings["runs"])
     record_row(row)
     if row["verdict"] == "skipped":
         pytest.skip(row["detail"].get("reason", "skipped"))

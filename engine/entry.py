@@ -105,7 +105,9 @@ class Entry:
             for key in ("devices", "dtypes", "qualifiers"):
                 d[key] = tuple(d.get(key) or ())
             return cls(**d)
-        except (KeyError, TypeError, AttributeError) as exc:
+        except CatalogError:
+            raise
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise CatalogError(f"malformed catalog entry {d.get('id', d)!r}: {exc}") from None
 
 
@@ -187,3 +189,34 @@ def check_unique(entries: Iterable[Entry]) -> list[Entry]:
 
 def entries_to_jsonl(entries: Iterable[Entry]) -> str:
     return "".join(json.dumps(e.to_json(), sort_keys=True) + "\n" for e in entries)
+
+
+def load_entries_file(path, *, source: str) -> list[Entry]:
+    """Entries from a JSON file holding a list of ``Entry.to_json()`` objects.
+
+    Malformed JSON, a missing field or a wrong source raises
+    :class:`CatalogError` with a one-line message naming the file.
+    """
+    import pathlib
+
+    path = pathlib.Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot read catalog: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise CatalogError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg}") from None
+    if not isinstance(raw, list):
+        raise CatalogError(f"{path}: expected a JSON list of entries, got {type(raw).__name__}")
+    entries = []
+    for index, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise CatalogError(f"{path}: entry #{index} is not an object")
+        try:
+            entry = Entry.from_json(item)
+        except CatalogError as exc:
+            raise CatalogError(f"{path}: entry #{index}: {exc}") from None
+        if entry.source != source:
+            raise CatalogError(f"{path}: entry {entry.id!r} has source {entry.source!r}, expected {source!r}")
+        entries.append(entry)
+    return check_unique(entries)

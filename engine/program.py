@@ -18,10 +18,17 @@ import torch
 Recipe = Callable[..., "Program"]
 
 _RECIPES: dict[str, Recipe] = {}
+# Recipes for families of generated ops, e.g. every ``opinfo:*`` op of the sweep.
+_PREFIX_RECIPES: dict[str, Recipe] = {}
 
 
 class NoRecipe(LookupError):
     """An entry whose op has no recipe: a loud failure, never a silent skip."""
+
+
+class RecipeSkipped(Exception):
+    """The op cannot run here for a stated reason (e.g. ``torch_npu`` is not
+    installed for a ``torch_npu.*`` API). The case is reported ``skipped``."""
 
 
 @dataclass
@@ -61,17 +68,34 @@ def recipe(*ops: str) -> Callable[[Recipe], Recipe]:
     return register
 
 
+def recipe_prefix(prefix: str) -> Callable[[Recipe], Recipe]:
+    """Register ``fn`` as the recipe for every op whose name starts with ``prefix``."""
+
+    def register(fn: Recipe) -> Recipe:
+        if prefix in _PREFIX_RECIPES and _PREFIX_RECIPES[prefix] is not fn:
+            raise ValueError(f"two recipes registered for prefix {prefix!r}")
+        _PREFIX_RECIPES[prefix] = fn
+        return fn
+
+    return register
+
+
 def recipe_for(op: str) -> Recipe:
     _load_builtin_recipes()
-    try:
+    if op in _RECIPES:
         return _RECIPES[op]
-    except KeyError:
-        raise NoRecipe(f"no recipe for {op!r}: add one with @recipe({op!r}) in conformance/recipes.py") from None
+    for prefix, fn in _PREFIX_RECIPES.items():
+        if op.startswith(prefix):
+            return fn
+    raise NoRecipe(f"no recipe for {op!r}: add one with @recipe({op!r}) in conformance/recipes.py")
 
 
 def has_recipe(op: str) -> bool:
-    _load_builtin_recipes()
-    return op in _RECIPES
+    try:
+        recipe_for(op)
+    except NoRecipe:
+        return False
+    return True
 
 
 def registered_ops() -> list[str]:
@@ -80,5 +104,12 @@ def registered_ops() -> list[str]:
 
 
 def _load_builtin_recipes() -> None:
-    # Importing the module runs its @recipe decorators.
-    import conformance.recipes  # noqa: F401
+    # Importing the modules runs their @recipe decorators: conformance/recipes*.py.
+    import importlib
+    import pkgutil
+
+    import conformance
+
+    for info in pkgutil.iter_modules(conformance.__path__):
+        if info.name.startswith("recipes"):
+            importlib.import_module(f"conformance.{info.name}")

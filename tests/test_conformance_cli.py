@@ -45,7 +45,7 @@ def test_entries_default_to_the_installed_torch():
     "args, words",
     [
         (("entries", "--doc-version", "0.1"), "unknown doc version '0.1'; known versions: 1.8.0,"),
-        (("entries", "--source", "nowhere"), "invalid choice: 'nowhere'"),
+        (("entries", "--source", "nowhere"), "unknown source 'nowhere'"),
         (("entries", "--bogus"), "unrecognized arguments: --bogus"),
         (("frobnicate",), "invalid choice: 'frobnicate'"),
         ((), "a command is required"),

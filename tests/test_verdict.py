@@ -72,3 +72,20 @@ def test_worst_prefers_failures_then_conforms():
     assert worst([]) == "harness-error"
     with pytest.raises(ValueError):
         worst(["mystery"])
+
+
+@pytest.mark.parametrize(
+    "mode,observation,verdict",
+    [
+        ("error", obs(raised="x", raised_runs=2, identical=None), "conforms"),
+        ("error", obs(), "conforms"),
+        ("error", obs(identical=False), "nondeterministic"),
+        ("error", obs(raised="x", raised_runs=1, identical=None), "undocumented-raise"),
+        ("warn_only", obs(warnings=["w"], warned_runs=2), "conforms"),
+        ("warn_only", obs(warnings=["w"], warned_runs=2, identical=False), "nondeterministic"),
+        ("warn_only", obs(warnings=["w"], warned_runs=1), "spurious-warning"),
+    ],
+)
+def test_general_contract_for_documented_sweep_ops(mode, observation, verdict):
+    e = Entry(id="put", op="opinfo:put", sentence="s", promise="deterministic", qualifiers=("documented",), source="sweep")
+    assert verdict_for(expected_outcome(e, "cpu", mode), observation) == verdict

@@ -1,0 +1,30 @@
+"""Hypothesis profiles, registered once for the plugin and for isolated children.
+
+- ``dev``: 10 examples, random, with the example database (local work).
+- ``ci``: derandomized (same examples every run and in every process), no
+  database, no deadline: identical rows from ``-n 0``, ``-n auto`` and an
+  isolated child process.
+- ``thorough``: 100 examples; with it, strategies draw large tensors (scale ``large``).
+"""
+from hypothesis import settings
+
+PROFILES = {
+    "dev": dict(max_examples=10, deadline=None),
+    "ci": dict(max_examples=6, derandomize=True, database=None, deadline=None, print_blob=True),
+    "thorough": dict(max_examples=100, deadline=None),
+}
+SCALE_FOR_PROFILE = {"dev": "small", "ci": "small", "thorough": "large"}
+
+for _name, _kwargs in PROFILES.items():
+    settings.register_profile(_name, **_kwargs)
+
+
+def load(name: str) -> None:
+    settings.load_profile(name)
+    try:
+        from engine import strategies
+    except ImportError:
+        return
+    set_scale = getattr(strategies, "set_scale", None)
+    if set_scale is not None:
+        set_scale(SCALE_FOR_PROFILE.get(name, "small"))
