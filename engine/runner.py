@@ -101,10 +101,14 @@ def as_bytes(t: torch.Tensor) -> torch.Tensor:
         t = t.int_repr()
     if t.is_complex():
         t = torch.view_as_real(t.resolve_conj())
-    t = t.resolve_neg().contiguous().reshape(-1).cpu()
-    if t.dtype == torch.bool:
-        return t.to(torch.uint8)
-    return t.view(torch.uint8)
+    t = t.resolve_neg().cpu()
+    # Copy into a fresh dense buffer: .contiguous() may keep odd strides on
+    # one-element tensors, which a dtype view rejects.
+    flat = torch.empty(t.numel(), dtype=t.dtype)
+    flat.copy_(t.reshape(-1))
+    if flat.dtype == torch.bool:
+        return flat.to(torch.uint8)
+    return flat.view(torch.uint8)
 
 
 def flatten_tensors(value: Any, prefix: str = "out") -> list[tuple[str, torch.Tensor]]:

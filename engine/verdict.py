@@ -25,14 +25,19 @@ FAILING = (
 )
 PASSING = ("conforms", "nondeterminism-seen", "no-difference-seen", "recorded", "unsupported", "skipped")
 VERDICTS = FAILING + PASSING
+# Sources whose expectations hold on every device, named or not.
+STRICT_SOURCES = ("torch-docs",)
 
 
 def expected_outcome(entry: Entry, device_type: str, mode: str, *, raise_documented_elsewhere: bool = False) -> str:
     """``"raises"``, ``"warns"``, ``"deterministic"``, ``"deterministic-or-raises"``,
     ``"deterministic-or-warns"``, ``"holds"`` or ``"observe"``.
 
-    Sweep entries of ops that the docs list elsewhere (qualifier ``documented``)
-    get the general contract: deterministic, or the documented alert.
+    The general contract — deterministic, or the determinism alert — applies to
+    sweep entries of ops that the docs list elsewhere (qualifier ``documented``)
+    and to vendor-profile entries on devices the vendor list does not name
+    (the Ascend list run on CPU / CUDA). torch's own lists are strict on every
+    device: a CUDA-only entry must be deterministic on CPU without raising.
 
     A raise is expected where the entry's own sentence promises one for this
     device, or — on a device the sentence does not name — where another entry
@@ -44,7 +49,10 @@ def expected_outcome(entry: Entry, device_type: str, mode: str, *, raise_documen
         return "observe"
     if entry.promise == "behaves":
         return "holds"
-    if "documented" in entry.qualifiers:
+    general_contract = "documented" in entry.qualifiers or (
+        entry.source not in STRICT_SOURCES and not entry.applies_to(device_type)
+    )
+    if general_contract:
         return "deterministic-or-raises" if mode == "error" else "deterministic-or-warns"
     documented_raise = (entry.promise == "raises" and entry.applies_to(device_type)) or (
         raise_documented_elsewhere and not entry.applies_to(device_type)

@@ -89,3 +89,21 @@ def test_worst_prefers_failures_then_conforms():
 def test_general_contract_for_documented_sweep_ops(mode, observation, verdict):
     e = Entry(id="put", op="opinfo:put", sentence="s", promise="deterministic", qualifiers=("documented",), source="sweep")
     assert verdict_for(expected_outcome(e, "cpu", mode), observation) == verdict
+
+
+def test_vendor_entries_get_the_general_contract_off_their_device():
+    e = Entry(id="put_[npu]", op="torch.Tensor.put_", sentence="s", promise="deterministic", devices=("npu",),
+              source="ascend")
+    assert expected_outcome(e, "npu", "error") == "deterministic"
+    assert expected_outcome(e, "cpu", "error") == "deterministic-or-raises"
+    assert expected_outcome(e, "cpu", "warn_only") == "deterministic-or-warns"
+    strict = Entry(id="x[cuda]", op="torch.x", sentence="s", promise="deterministic", devices=("cuda",))
+    assert expected_outcome(strict, "cpu", "error") == "deterministic"
+
+
+def test_strided_one_element_output_compares():
+    import torch
+    from engine.runner import as_bytes
+
+    t = torch.zeros(2)[::2]
+    assert as_bytes(t).numel() == 4
