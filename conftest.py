@@ -140,7 +140,9 @@ def record_row(request: pytest.FixtureRequest):
 
     def record(row: dict) -> None:
         row = dict(row, nodeid=request.node.nodeid, worker=os.environ.get("PYTEST_XDIST_WORKER", "main"))
-        request.node.user_properties.append((ROW_KEY, row))
+        # Plain JSON builtins only: xdist's wire format rejects str subclasses
+        # such as torch.__version__ (TorchVersion).
+        request.node.user_properties.append((ROW_KEY, json.loads(json.dumps(row, default=str))))
 
     return record
 

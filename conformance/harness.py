@@ -65,7 +65,7 @@ def base_row(case: Case, backend: Backend | None, expected: str) -> dict[str, An
             "device_name": backend.describe().get("device_name", "") if backend else "",
             "mode": case.mode,
             "expected": expected,
-            "torch_version": torch.__version__,
+            "torch_version": str(torch.__version__),
         }
     )
     return row
