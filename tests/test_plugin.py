@@ -1,0 +1,124 @@
+"""The pytest plugin as a user meets it: usage errors, xdist, crashes."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SUBSET = "put_ or index_copy or MaxUnpool1d"
+
+
+def pytest_run(*args, env=None, timeout=300):
+    cmd = [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", *args]
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def read_rows(path):
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    assert lines[0]["record"] == "run", "the first line is the run record"
+    return lines[0], [line for line in lines[1:] if line["record"] == "result"]
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--device", "tpu"], "unknown device 'tpu'"),
+        (["--source", "rumours"], "unknown source 'rumours'"),
+        (["--doc-version", "0.1.0"], "0.1.0"),
+        (["--mode", "sometimes"], "invalid choice: 'sometimes'"),
+        (["--runs", "1"], "--runs must be at least 2"),
+    ],
+)
+def test_bad_options_are_one_line_usage_errors(args, needle, tmp_path):
+    out = pytest_run(*args, "--results", str(tmp_path / "r.jsonl"), "--collect-only")
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr + out.stdout
+    error_lines = [line for line in out.stderr.splitlines() if needle in line]
+    assert len(error_lines) == 1, out.stderr
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_ids_read_like_the_entry():
+    out = pytest_run("--collect-only", "--source", "torch-docs", "--device", "cpu")
+    assert out.returncode == 0, out.stderr
+    for expected in ("put_(accumulate=False)-cpu-error", "put_(accumulate=False)-cpu-warn_only",
+                     "interpolate(mode='linear'|'bilinear'|'bicubic'|'trilinear').backward[cuda]-cpu-error"):
+        assert f"test_documented[{expected}]" in out.stdout
+
+
+def _key(row):
+    return (row["entry_id"], row["device"], row["mode"])
+
+
+def _comparable(row):
+    keep = ("entry_id", "op", "sentence", "source", "promise", "device", "mode", "expected", "observed",
+            "verdict", "examples", "runs", "torch_version", "nodeid")
+    return {k: row[k] for k in keep} | {"fingerprints": row["detail"].get("fingerprints")}
+
+
+def test_xdist_and_serial_runs_write_the_same_rows(tmp_path):
+    serial, parallel = tmp_path / "serial.jsonl", tmp_path / "parallel.jsonl"
+    common = ["--source", "torch-docs", "--device", "cpu", "--hypothesis-profile", "ci", "-k", SUBSET,
+              "--no-report-build"]
+    a = pytest_run(*common, "-n", "0", "--results", str(serial))
+    b = pytest_run(*common, "-n", "2", "--results", str(parallel))
+    assert a.returncode == 0 and b.returncode == 0, a.stdout[-2000:] + b.stdout[-2000:]
+    run_a, rows_a = read_rows(serial)
+    run_b, rows_b = read_rows(parallel)
+    assert len(rows_a) >= 8
+    assert {r["worker"] for r in rows_b} <= {"gw0", "gw1"} and {r["worker"] for r in rows_a} == {"main"}
+    assert sorted(map(_comparable, rows_a), key=lambda r: _key(r)) == sorted(map(_comparable, rows_b), key=lambda r: _key(r))
+    assert run_a["env"]["hypothesis_profile"] == "ci" and run_a["env"]["devices"][0]["device"] == "cpu"
+
+
+CRASHER = '''
+import os
+def pytest_runtest_call(item):
+    if os.environ.get("PYTEST_XDIST_WORKER") and "MaxUnpool1d-cpu-error" in item.nodeid:
+        os._exit(3)
+'''
+
+
+def test_a_worker_crash_loses_only_the_test_in_flight(tmp_path):
+    (tmp_path / "crasher.py").write_text(CRASHER)
+    results = tmp_path / "r.jsonl"
+    out = pytest_run("--source", "torch-docs", "--device", "cpu", "--hypothesis-profile", "ci", "-k", SUBSET,
+                     "-n", "2", "-p", "crasher", "--results", str(results), "--no-report-build",
+                     env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    assert out.returncode != 0
+    _, rows = read_rows(results)
+    by_key = {_key(r): r for r in rows}
+    crashed = by_key[("MaxUnpool1d", "cpu", "error")]
+    assert crashed["verdict"] == "harness-error" and crashed["observed"] == "crashed"
+    assert by_key[("MaxUnpool1d", "cpu", "warn_only")]["verdict"] == "conforms"
+    assert by_key[("put_(accumulate=False)", "cpu", "error")]["verdict"] == "conforms"
+    assert len(rows) == len({_key(r) for r in rows}), "one row per case"
+
+
+def test_isolated_process_path_gives_the_same_rows(tmp_path):
+    """The path NPU takes (one fresh process per case), exercised on CPU."""
+    inproc, isolated = tmp_path / "inproc.jsonl", tmp_path / "isolated.jsonl"
+    common = ["--source", "torch-docs", "--device", "cpu", "--hypothesis-profile", "ci", "-k", "put_",
+              "--no-report-build"]
+    a = pytest_run(*common, "--results", str(inproc))
+    b = pytest_run(*common, "--isolate", "--results", str(isolated))
+    assert a.returncode == 0 and b.returncode == 0, b.stdout[-2000:]
+    _, rows_a = read_rows(inproc)
+    _, rows_b = read_rows(isolated)
+    assert all(r["detail"].get("isolated") for r in rows_b)
+    assert not any(r["detail"].get("isolated") for r in rows_a)
+    assert sorted(map(_comparable, rows_a), key=_key) == sorted(map(_comparable, rows_b), key=_key)
+
+
+def test_backends_declare_isolation_and_describe_themselves():
+    from engine.devices import backends
+
+    table = backends()
+    assert table["npu"].isolate_modes and not table["cpu"].isolate_modes
+    cpu = table["cpu"].describe()
+    assert cpu["available"] and cpu["device_name"] and "mkldnn" in cpu["versions"]
+    assert table["npu"].describe()["available"] is False  # torch_npu is not installed here
