@@ -127,8 +127,10 @@ def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: s
 
     examples = 0
     parent = hypothesis_settings or settings()
+    cap = checks.example_cap(case.entry.source, case.entry.id) if is_check else None
+    max_examples = min(parent.max_examples, cap) if cap else parent.max_examples
 
-    @settings(parent, suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+    @settings(parent, max_examples=max_examples, suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
     @given(st.data())
     def explore(data: st.DataObject) -> None:
         nonlocal examples

@@ -38,8 +38,13 @@ class CheckObservation:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-def check(entry_id: str, *, source: str) -> Callable[[Check], Check]:
+def check(entry_id: str, *, source: str, max_examples: int | None = None) -> Callable[[Check], Check]:
+    """Register ``fn`` for an entry. ``max_examples`` caps the Hypothesis examples
+    for checks whose every example costs seconds (fresh processes, compilation)."""
+
     def register(fn: Check) -> Check:
+        if max_examples is not None:
+            fn.max_examples = max_examples
         key = (source, entry_id)
         if key in _CHECKS and _CHECKS[key] is not fn:
             raise ValueError(f"two checks registered for {source}:{entry_id}")
@@ -55,6 +60,15 @@ def check_for(source: str, entry_id: str) -> Check:
         return _CHECKS[(source, entry_id)]
     except KeyError:
         raise LookupError(f"no check for {source}:{entry_id}: add one with @check in conformance/checks/") from None
+
+
+def example_cap(source: str, entry_id: str) -> int | None:
+    return getattr(check_for(source, entry_id), "max_examples", None)
+
+
+def registered_checks(source: str) -> list[str]:
+    _load_builtin_checks()
+    return sorted(entry_id for src, entry_id in _CHECKS if src == source)
 
 
 def has_check(source: str, entry_id: str) -> bool:

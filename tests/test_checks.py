@@ -120,7 +120,7 @@ def test_every_entry_has_a_check_and_every_check_an_entry():
         missing = sorted(i for i in ids if not has_check(source, i))
         assert not missing, f"entries without a check in {source}: {missing}"
         # The registry is a private dict of engine.checks; read it, never write it.
-        registered = {entry_id for (src, entry_id) in check_registry._CHECKS if src == source}
+        registered = set(check_registry.registered_checks(source))
         orphans = sorted(registered - ids)
         assert not orphans, f"checks without an entry in {source}: {orphans}"
 

@@ -125,7 +125,7 @@ def _compiled(device: torch.device) -> Callable:
     return _COMPILED[key]
 
 
-@check("torch.compile:deterministic", source=REPRO_NOTES)
+@check("torch.compile:deterministic", source=REPRO_NOTES, max_examples=3)
 def compiled_function_repeats(draw, entry, device: torch.device, mode: str) -> CheckObservation:
     reason = _compile_unavailable(device)
     if reason is not None:

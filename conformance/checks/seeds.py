@@ -153,7 +153,7 @@ def _main(payload):
 )
 
 
-@check("manual_seed[fresh-processes]", source=REPRO_NOTES)
+@check("manual_seed[fresh-processes]", source=REPRO_NOTES, max_examples=2)
 def manual_seed_repeats_across_processes(draw, entry, device: torch.device, mode: str) -> CheckObservation:
     # "...each time you run your application in the same environment": two fresh
     # interpreters run every random op after the same seeds and must agree.

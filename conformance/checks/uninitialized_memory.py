@@ -189,7 +189,7 @@ def _main(payload):
 )
 
 
-@check("fill_uninitialized_memory:default", source=REPRO_NOTES)
+@check("fill_uninitialized_memory:default", source=REPRO_NOTES, max_examples=1)
 def fill_flag_defaults_to_true(draw, entry, device: torch.device, mode: str) -> CheckObservation:
     # "torch.utils.deterministic.fill_uninitialized_memory is set to True by
     # default": only a fresh process shows the default, whatever this one did.

@@ -1,0 +1,47 @@
+"""Known findings turn a recorded non-conforming verdict into xfail, nothing else."""
+import json
+
+import pytest
+
+from conformance.findings import FINDINGS_FILE, known_finding, load_findings
+from engine.entry import CatalogError
+from engine.verdict import VERDICTS
+
+ROW = {"source": "repro-notes", "entry_id": "e", "torch_version": "2.13.0+cpu", "device": "cpu", "mode": "error"}
+
+
+def write(tmp_path, items):
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps(items))
+    return path
+
+
+def test_match_by_source_entry_and_torch_release(tmp_path):
+    findings = load_findings(write(tmp_path, [
+        {"source": "repro-notes", "entry_id": "e", "verdict": "violated", "torch": ["2.13"], "why": "w"}]))
+    assert known_finding(ROW, findings).why == "w"
+    assert known_finding(dict(ROW, torch_version="2.14.0"), findings) is None
+    assert known_finding(dict(ROW, torch_version="2.130.0"), findings) is None
+    assert known_finding(dict(ROW, entry_id="other"), findings) is None
+
+
+def test_device_and_mode_restrictions(tmp_path):
+    findings = load_findings(write(tmp_path, [{"source": "repro-notes", "entry_id": "e", "verdict": "violated",
+                                               "torch": ["2.13"], "why": "w", "devices": ["cuda"], "modes": ["error"]}]))
+    assert known_finding(ROW, findings) is None
+    assert known_finding(dict(ROW, device="cuda"), findings) is not None
+    assert known_finding(dict(ROW, device="cuda", mode="warn_only"), findings) is None
+
+
+def test_malformed_findings_are_one_line_errors(tmp_path):
+    with pytest.raises(CatalogError, match="needs the fields"):
+        load_findings(write(tmp_path, [{"source": "x"}]))
+    bad = tmp_path / "bad.json"
+    bad.write_text("[{")
+    with pytest.raises(CatalogError, match="malformed JSON"):
+        load_findings(bad)
+
+
+def test_shipped_findings_are_valid():
+    for finding in load_findings(FINDINGS_FILE):
+        assert finding.verdict in VERDICTS and finding.why and finding.torch
