@@ -99,6 +99,12 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     except ValueError as exc:  # unknown doc version and other catalog input errors
         raise pytest.UsageError(str(exc).splitlines()[0]) from None
+    from conformance.findings import load_findings
+
+    try:
+        config._detconf_findings = load_findings()
+    except CatalogError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if _is_worker(config):
         _share_cpu_between_workers(config)
     if not _is_worker(config):
@@ -131,6 +137,7 @@ def detconf_settings(request: pytest.FixtureRequest) -> dict:
         "sources": config.getoption("--source") or list(DEFAULT_SOURCES),
         "doc_version": config.getoption("--doc-version"),
         "profile": settings._current_profile,
+        "findings": config._detconf_findings,
     }
 
 
