@@ -86,7 +86,35 @@ def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
     v = verdict.verdict_for(expected, obs)
     if v == "nondeterministic" and case.entry.source == "sweep":
         v = "undocumented-nondeterminism"  # the sweep's ops are not in the lists
-    return Record(v, verdict.observed_word(obs), obs.to_json())
+    detail = obs.to_json()
+    if v == "conforms" and obs.values is not None and case.mode != "off" and not prog.meta.get("uninitialized"):
+        wrong = _differential(prog, obs, backend)
+        if wrong:
+            v = "wrong-result"
+            detail["wrong_result"] = wrong
+    return Record(v, verdict.observed_word(obs), detail)
+
+
+def _differential(prog: program.Program, obs: Observation, backend: Backend) -> str | None:
+    """Deterministic but wrong is a failure: compare with the default (mode off)
+    algorithm on the same device and, off CPU, with a CPU reference."""
+    from engine.runner import compare_values, run_values
+
+    default = run_values(prog, "off")
+    if default is not None:
+        problem = compare_values(obs.values, default)
+        if problem:
+            return f"vs default algorithm: {problem}"
+    if backend.name != "cpu":
+        try:
+            reference = run_values(prog, "off", device=torch.device("cpu"))
+        except Exception:  # noqa: BLE001 - a recipe tied to its device has no CPU reference
+            reference = None
+        if reference is not None:
+            problem = compare_values(obs.values, reference)
+            if problem:
+                return f"vs CPU reference: {problem}"
+    return None
 
 
 def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObject) -> Record:

@@ -79,6 +79,8 @@ class Observation:
     example: str = ""
     repro: str = ""
     case: dict[str, Any] = field(default_factory=dict)
+    # Run 0's outputs and gradients (CPU copies) when every run returned; not serialised.
+    values: list[tuple[str, torch.Tensor]] | None = field(default=None, repr=False)
 
     @property
     def raised_any(self) -> bool:
@@ -89,7 +91,7 @@ class Observation:
         return self.warned_runs > 0
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v not in (None, [], {})}
+        return {k: v for k, v in self.__dict__.items() if k != "values" and v not in (None, [], {})}
 
 
 def as_bytes(t: torch.Tensor) -> torch.Tensor:
@@ -263,4 +265,67 @@ def observe(
                 obs.identical, obs.mismatch, obs.max_abs_diff = False, mismatch, diff
                 break
         obs.fingerprint = fingerprint(records[0])
+        obs.values = _values_of(records[0])
     return obs
+
+
+# Differential correctness ---------------------------------------------------
+# Deterministic but wrong is a failure too. Tolerances by dtype: the default
+# algorithm and a CPU reference may round differently, never by more.
+TOLERANCES = {
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (5e-2, 5e-2),
+    torch.float32: (1e-4, 1e-5),
+    torch.complex64: (1e-4, 1e-5),
+    torch.float64: (1e-7, 1e-9),
+    torch.complex128: (1e-7, 1e-9),
+}
+
+
+def run_values(program: Program, mode: str, *, device: torch.device | None = None) -> list[tuple[str, torch.Tensor]] | None:
+    """One run's outputs and gradients as CPU tensors (None when it raised).
+
+    ``device`` moves the inputs first: a CPU reference for a GPU example.
+    """
+    if device is not None:
+        program = Program(fn=program.fn, inputs={k: v.to(device) for k, v in program.inputs.items()},
+                          grad_inputs=program.grad_inputs, describe=program.describe)
+    with deterministic_mode(mode):
+        record = _run_once(program, lambda: None)
+    if record.alert_error or record.unsupported or record.other_error:
+        return None
+    return [(label, _dense_cpu(v)) for label, v in zip(record.labels, record.values)]
+
+
+def _dense_cpu(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach()
+    if t.is_sparse:
+        t = t.to_dense()
+    if t.is_quantized:
+        t = t.int_repr()
+    return t.cpu()
+
+
+def compare_values(actual: list[tuple[str, torch.Tensor]], reference: list[tuple[str, torch.Tensor]]) -> str | None:
+    """None when every tensor agrees within its dtype's tolerance, else what differed."""
+    if [label for label, _ in actual] != [label for label, _ in reference]:
+        return f"different outputs: {[l for l, _ in actual]} vs {[l for l, _ in reference]}"
+    for (label, a), (_, b) in zip(actual, reference):
+        if a.shape != b.shape:
+            return f"{label}: shape {tuple(a.shape)} vs {tuple(b.shape)}"
+        if a.dtype != b.dtype:
+            return f"{label}: dtype {a.dtype} vs {b.dtype}"
+        if a.is_floating_point() or a.is_complex():
+            rtol, atol = TOLERANCES.get(a.dtype, (1e-4, 1e-5))
+            scale = float(b.abs().max()) if b.numel() and torch.isfinite(b).all() else 1.0
+            if not torch.allclose(a, b, rtol=rtol, atol=atol * max(1.0, scale), equal_nan=True):
+                diff = torch.nan_to_num((a.to(torch.complex128 if a.is_complex() else torch.float64)
+                                         - b.to(torch.complex128 if b.is_complex() else torch.float64)).abs(), nan=float("inf"))
+                return f"{label}: max abs diff {float(diff.max()):.3g} beyond rtol={rtol}, atol={atol}"
+        elif not torch.equal(a, b):
+            return f"{label}: {int((a != b).sum())} of {a.numel()} values differ"
+    return None
+
+
+def _values_of(record: RunRecord) -> list[tuple[str, torch.Tensor]]:
+    return [(label, _dense_cpu(v)) for label, v in zip(record.labels, record.values)]

@@ -77,3 +77,13 @@ def broken_recipe(draw, entry, case, device):
         return x.no_such_method()
 
     return Program(fn=fn, inputs={"x": _x(draw, device)}, describe="harness bug")
+
+
+@recipe("planted.wrong_when_deterministic")
+def wrong_when_deterministic(draw, entry, case, device):
+    """Bitwise repeatable, but a different answer once deterministic mode is on."""
+
+    def fn(x):
+        return x * (3.0 if torch.are_deterministic_algorithms_enabled() else 2.0)
+
+    return Program(fn=fn, inputs={"x": _x(draw, device) + 1}, describe="deterministic but wrong")

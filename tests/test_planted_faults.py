@@ -97,3 +97,26 @@ def test_rows_are_json_safe():
 
     row = run("planted.changes_every_call", "deterministic", "error")
     assert json.loads(json.dumps(row)) == row
+
+
+def test_deterministic_but_wrong_is_wrong_result():
+    row = run("planted.wrong_when_deterministic", "deterministic", "error")
+    assert row["verdict"] == "wrong-result"
+    assert "vs default algorithm" in row["detail"]["wrong_result"]
+    assert run("planted.deterministic", "deterministic", "error")["verdict"] == "conforms"
+
+
+def test_tolerances_are_dtype_aware():
+    import torch
+
+    from engine.runner import compare_values
+
+    a = [("out", torch.tensor([1.0, 2.0], dtype=torch.float16))]
+    b = [("out", torch.tensor([1.0, 2.002], dtype=torch.float16))]
+    assert compare_values(a, b) is None
+    a32 = [("out", torch.tensor([1.0, 2.0]))]
+    b32 = [("out", torch.tensor([1.0, 2.002]))]
+    assert "max abs diff" in compare_values(a32, b32)
+    nan = [("out", torch.tensor([float("nan")]))]
+    assert compare_values(nan, nan) is None
+    assert "values differ" in compare_values([("i", torch.tensor([1]))], [("i", torch.tensor([2]))])
