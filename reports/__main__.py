@@ -1,0 +1,86 @@
+"""``python -m reports {build,diff,drift}``.
+
+Exit status: 0 success; 1 ``diff`` found a regression; 2 bad input or usage (one line on
+stderr naming the file and line, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+
+EXIT_OK, EXIT_REGRESSED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m reports",
+        description="Compatibility matrix, run-to-run diff and doc drift from detconf results files.",
+        epilog="Exit status: 0 ok, 1 diff found a regression, 2 bad input (one line on stderr).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{build,diff,drift}")
+
+    p_build = sub.add_parser("build", help="write matrix.csv/.md/.html/.png, results.csv, summary.json")
+    p_build.add_argument("results", nargs="+", help="results files (JSON lines); later files win")
+    p_build.add_argument("--out", required=True, help="output directory")
+    p_build.add_argument("--quiet", action="store_true", help="do not print the counts per column")
+
+    p_diff = sub.add_parser("diff", help="compare two runs; exit 1 when a conforming cell regressed")
+    p_diff.add_argument("a", help="results file of the baseline run")
+    p_diff.add_argument("b", help="results file of the new run")
+    p_diff.add_argument("--strict", action="store_true",
+                        help="a conforming cell that disappeared also counts as a regression")
+
+    sub.add_parser("drift", help="doc drift report (reports.drift); arguments are passed on",
+                   add_help=False)
+    return parser
+
+
+def _error(message: str) -> int:
+    print(f"reports: error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _drift(argv: list[str]) -> int:
+    if importlib.util.find_spec("reports.drift") is None:
+        return _error("drift: reports.drift is not installed in this checkout")
+    from reports import drift
+
+    return drift.main(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "drift":
+        return _drift(argv[1:])
+    args = _parser().parse_args(argv)
+
+    from reports.load import ResultsError
+
+    try:
+        if args.command == "build":
+            from reports.build import build
+            from reports.summary import column_line
+
+            result = build(args.results, args.out)
+            if not args.quiet:
+                for count in result.summary["columns"]:
+                    print(column_line(count))
+            print(f"wrote {', '.join(p.name for p in result.files)} to {result.out_dir}")
+            return EXIT_OK
+        if args.command == "diff":
+            from reports.diff import main as diff_main
+
+            code, lines = diff_main(args.a, args.b, strict=args.strict)
+            print("\n".join(lines))
+            return code
+    except ResultsError as exc:
+        return _error(str(exc))
+    except OSError as exc:
+        return _error(f"{exc.filename or ''}: {exc.strerror or exc}")
+    raise AssertionError(args.command)  # pragma: no cover
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Build every report file from results files into one output directory.
+
+Inputs are read and validated completely before anything is written. The files are written
+into a temporary directory next to the output directory and then moved into place, so the
+output directory never holds a half-written file: it is either created by one rename or, when
+it already exists (``reports/out`` also holds the run's own ``results.jsonl``), each report
+file in it is replaced by an atomic ``os.replace``. Other files in it are left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from reports.load import ResultsError, gc_paused, load
+from reports.matrix import Matrix, write_csv, write_html, write_markdown, write_png
+from reports.summary import summary_data
+
+OUTPUT_FILES = ("matrix.csv", "results.csv", "matrix.md", "matrix.html", "matrix.png", "summary.json")
+
+
+@dataclass
+class BuildResult:
+    out_dir: Path
+    files: tuple[Path, ...]
+    summary: dict
+    timings: dict[str, float] = field(default_factory=dict)  # stage -> wall seconds
+    cpu_timings: dict[str, float] = field(default_factory=dict)  # stage -> CPU seconds
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    if not out.exists():
+        os.chmod(tmp, 0o777 & ~_umask())
+        os.rename(tmp, out)
+        return
+    for name in OUTPUT_FILES:
+        os.replace(tmp / name, out / name)
+
+
+def build(paths: Iterable[str | os.PathLike] | str | os.PathLike, out_dir: str | os.PathLike) -> BuildResult:
+    """Merge results files and write the matrix (CSV, Markdown, HTML, PNG) and summary.json.
+
+    Raises :class:`reports.load.ResultsError` for bad input, before touching ``out_dir``.
+    """
+    with gc_paused():
+        return _build(paths, out_dir)
+
+
+def _build(paths, out_dir) -> BuildResult:
+    timings: dict[str, float] = {}
+    cpu_timings: dict[str, float] = {}
+    clock, cpu_clock = time.perf_counter(), time.process_time()
+
+    def lap(stage: str) -> None:
+        nonlocal clock, cpu_clock
+        now, cpu_now = time.perf_counter(), time.process_time()
+        timings[stage], cpu_timings[stage] = now - clock, cpu_now - cpu_clock
+        clock, cpu_clock = now, cpu_now
+
+    results = load(paths)
+    lap("load")
+    matrix = Matrix.from_results(results)
+    lap("pivot")
+
+    out = Path(out_dir).resolve()
+    if out.exists() and not out.is_dir():
+        raise ResultsError(f"{os.fspath(out_dir)}: output exists and is not a directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        write_csv(matrix, results, tmp)
+        lap("csv")
+        write_markdown(matrix, results, tmp)
+        lap("markdown")
+        write_html(matrix, results, tmp)
+        lap("html")
+        summary = summary_data(matrix, results)
+        text = json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        (tmp / "summary.json").write_text(text, encoding="utf-8")
+        lap("summary")
+        write_png(matrix, tmp)
+        lap("png")
+        _publish(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return BuildResult(
+        out_dir=out,
+        files=tuple(out / name for name in OUTPUT_FILES),
+        summary=summary,
+        timings=timings,
+        cpu_timings=cpu_timings,
+    )

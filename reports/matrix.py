@@ -1,0 +1,457 @@
+"""The compatibility matrix: one row per documented entry, one column per (torch,) device, mode.
+
+``Matrix.from_results`` pivots merged result rows; the ``write_*`` functions render it.
+Cells hold verdict strings; a cell that was not run is ``None`` and is shown empty or as
+``MISSING``, never as a verdict.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from reports.load import PASSING, ROW_FIELDS, VERDICTS, Results
+
+MISSING = "—"
+VERDICT_NAMES = tuple(VERDICTS)
+NOT_RUN = len(VERDICT_NAMES)  # the code of a cell that was not run
+
+COLOURS: dict[str, str] = {
+    "conforms": "#43a047",
+    "nondeterministic": "#7f0000",
+    "undocumented-nondeterminism": "#b71c1c",
+    "wrong-result": "#d81b60",
+    "violated": "#e53935",
+    "missing-raise": "#e65100",
+    "undocumented-raise": "#f4511e",
+    "stale-doc": "#ffb74d",
+    "missing-warning": "#fb8c00",
+    "spurious-warning": "#ffe0b2",
+    "harness-error": "#7b1fa2",
+    "unsupported": "#9e9e9e",
+    "skipped": "#e0e0e0",
+    "nondeterminism-seen": "#1e88e5",
+    "no-difference-seen": "#bbdefb",
+    "recorded": "#b0bec5",
+}
+MISSING_COLOUR = "#ffffff"
+# Verdicts whose colour is dark enough to need white text.
+_DARK = frozenset({"conforms", "nondeterministic", "undocumented-nondeterminism", "wrong-result",
+                   "violated", "missing-raise", "undocumented-raise", "harness-error",
+                   "nondeterminism-seen"})
+
+#: Entry columns shown with the matrix, in order.
+ENTRY_COLUMNS = ("source", "doc_version", "list_name", "entry_id", "op", "promise", "sentence")
+_HEADINGS = {"source": "source", "doc_version": "doc version", "list_name": "list",
+             "entry_id": "entry", "op": "op", "promise": "promise", "sentence": "sentence"}
+
+#: Beyond this many entries the picture shows a selection (failing entries first).
+PNG_MAX_ENTRIES = 200
+
+
+@dataclass
+class Matrix:
+    """Verdicts of every entry (rows) on every (torch version, device, mode) (columns)."""
+
+    entries: pd.DataFrame  # load.ENTRY_ATTRIBUTES, one row per entry, in display order
+    columns: list[tuple[str, str, str]]  # (torch_version, device, mode), in display order
+    cells: np.ndarray  # object array (entries x columns): verdict or None
+    codes: np.ndarray  # int array, same shape: index in VERDICT_NAMES, NOT_RUN where not run
+    device_names: dict[tuple[str, str, str], str]  # column -> device name, where known
+    _counts: list | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def multi_torch(self) -> bool:
+        return len({c[0] for c in self.columns}) > 1
+
+    @property
+    def labels(self) -> list[str]:
+        if self.multi_torch:
+            return [f"{t}/{d}/{m}" for t, d, m in self.columns]
+        return [f"{d}/{m}" for _, d, m in self.columns]
+
+    @classmethod
+    def from_results(cls, results: Results) -> "Matrix":
+        shape = (len(results.entries), len(results.columns))
+        where = (results.entry_codes, results.column_codes)
+        verdicts = results.values["verdict"]
+        cells = np.full(shape, None, dtype=object)
+        cells[where] = np.array(verdicts, dtype=object)
+        codes = np.full(shape, NOT_RUN, dtype=np.int64)
+        code_of = {v: i for i, v in enumerate(VERDICT_NAMES)}
+        codes[where] = np.fromiter(map(code_of.__getitem__, verdicts), dtype=np.int64,
+                                   count=len(verdicts))
+        device_names = {}
+        for code, name in zip(results.column_codes.tolist(), results.values["device_name"]):
+            if isinstance(name, str) and name:
+                device_names[results.columns[code]] = name
+        return cls(entries=results.entries, columns=list(results.columns), cells=cells,
+                   codes=codes, device_names=device_names)
+
+    # ------------------------------------------------------------------ derived frames
+
+    def wide(self, missing: str | None = None) -> pd.DataFrame:
+        """Entry columns followed by one column per label; missing cells -> ``missing``."""
+        frame = self.entries[list(ENTRY_COLUMNS)].copy()
+        cells = self.cells if missing is None else np.where(self.codes == NOT_RUN, missing, self.cells)
+        verdicts = pd.DataFrame(cells, columns=self.labels, index=frame.index, dtype=object)
+        return pd.concat([frame, verdicts], axis=1)
+
+    def column_counts(self) -> list[dict]:
+        """Per column: counts of every verdict (zeros included), totals and missing cells."""
+        if self._counts is None:
+            n = len(self.entries)
+            self._counts = []
+            for j, (torch_version, device, mode) in enumerate(self.columns):
+                per_code = np.bincount(self.codes[:, j], minlength=NOT_RUN + 1).tolist()
+                counts = dict(zip(VERDICT_NAMES, per_code))
+                total = sum(counts.values())
+                passing = sum(c for v, c in counts.items() if v in PASSING)
+                self._counts.append({
+                    "column": self.labels[j],
+                    "torch_version": torch_version,
+                    "device": device,
+                    "device_name": self.device_names.get((torch_version, device, mode)),
+                    "mode": mode,
+                    "counts": counts,
+                    "total": total,
+                    "passing": passing,
+                    "failing": total - passing,
+                    "missing": n - total,
+                })
+        return [dict(c, counts=dict(c["counts"])) for c in self._counts]
+
+    def failing_rows(self) -> np.ndarray:
+        """Boolean mask of entries with at least one failing cell."""
+        failing_codes = [i for i, v in enumerate(VERDICT_NAMES) if v not in PASSING]
+        return np.isin(self.codes, failing_codes).any(axis=1)
+
+    def show_doc_version(self) -> bool:
+        return bool((self.entries["doc_version"] != "").any())
+
+
+# ---------------------------------------------------------------------- environment
+
+def describe_run(run: dict) -> dict[str, str]:
+    """The run header as display strings (missing values become empty strings)."""
+    env = run.get("env") or {}
+
+    def s(value) -> str:
+        return "" if value is None else str(value)
+
+    devices = []
+    for dev in env.get("devices") or []:
+        if isinstance(dev, dict):
+            name = dev.get("device_name")
+            devices.append(f"{s(dev.get('device'))} ({s(name)})" if name else s(dev.get("device")))
+        else:
+            devices.append(s(dev))
+    seed = env.get("hypothesis_seed")
+    profile = env.get("hypothesis_profile")
+    hypothesis = s(profile) + (f" seed={seed}" if seed is not None else "")
+    return {
+        "run": s(run.get("run_id")),
+        "started": s(run.get("started")),
+        "torch": s(env.get("torch_version")) + (f" ({env['torch_git']})" if env.get("torch_git") else ""),
+        "cuda": s(env.get("cuda")),
+        "cudnn": s(env.get("cudnn")),
+        "driver": s(env.get("driver")),
+        "devices": "; ".join(devices),
+        "python": s(env.get("python")),
+        "platform": s(env.get("platform")),
+        "suite": s(env.get("suite_revision")),
+        "hypothesis": hypothesis.strip(),
+        "doc version": s(env.get("doc_version")),
+    }
+
+
+# ---------------------------------------------------------------------- writers
+
+def write_csv(matrix: Matrix, results: Results, out: Path) -> None:
+    matrix.wide().to_csv(out / "matrix.csv", index=False, lineterminator="\n")
+    # The long form goes through the csv module straight from the loaded values: for 10^5
+    # rows that takes half the time of DataFrame.to_csv, for the same text (missing values
+    # are empty fields).
+    columns = [results.values[name] for name in ROW_FIELDS]
+    with open(out / "results.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(ROW_FIELDS)
+        writer.writerows(zip(*columns))
+
+
+# Characters with a meaning in GitHub Markdown (emphasis, code, links, raw HTML, table cells).
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
+
+
+def _md_text(value) -> str:
+    """Plain text for a table cell: one line, Markdown punctuation backslash-escaped."""
+    text = " ".join(("" if value is None else str(value)).splitlines())
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def _md_code(value) -> str:
+    """An identifier as a code span, which shows ``__getitem__`` or ``a<b`` literally."""
+    text = " ".join(("" if value is None else str(value)).splitlines())
+    if not text or "`" in text:
+        return _md_text(text)
+    return "`" + text.replace("|", "\\|") + "`"
+
+
+def _md_table(rows, headers, formats=None) -> str:
+    """A GitHub Markdown table. ``formats``: one function per column turning a value into cell
+    text (default: :func:`_md_text` everywhere)."""
+    from tabulate import tabulate
+
+    if formats is None:
+        rows = [[_md_text(v) for v in row] for row in rows]
+    else:
+        rows = [[f(v) for f, v in zip(formats, row)] for row in rows]
+    return tabulate(rows, headers=[_md_text(h) for h in headers], tablefmt="github",
+                    disable_numparse=True)
+
+
+def _verdict_cell(value) -> str:
+    return value  # a verdict (vocabulary checked on load) or MISSING: nothing to escape
+
+
+def write_markdown(matrix: Matrix, results: Results, out: Path) -> None:
+    entry_cols = [c for c in ENTRY_COLUMNS if c != "doc_version" or matrix.show_doc_version()]
+    wide = matrix.wide(missing=MISSING)
+    counts = matrix.column_counts()
+    runs = [describe_run(r) for r in results.runs]
+    parts = ["# detconf compatibility matrix", ""]
+    if runs:
+        fields = [k for k in runs[0] if any(r[k] for r in runs)]
+        parts += ["## Runs", "", _md_table([[r[k] for k in fields] for r in runs], fields), ""]
+    parts += [
+        "## Matrix", "",
+        f"{len(matrix.entries)} entries × {len(matrix.columns)} columns; "
+        f"`{MISSING}` = not run on that device/mode.", "",
+        _md_table(
+            wide[entry_cols + matrix.labels].itertuples(index=False, name=None),
+            [_HEADINGS[c] for c in entry_cols] + matrix.labels,
+            formats=[_md_code if c in ("entry_id", "op") else _md_text for c in entry_cols]
+            + [_verdict_cell] * len(matrix.labels),
+        ),
+        "",
+        "## Counts per column", "",
+    ]
+    rows = [[v] + [str(c["counts"][v]) for c in counts] for v in VERDICTS
+            if any(c["counts"][v] for c in counts)]
+    rows.append([f"not run ({MISSING})"] + [str(c["missing"]) for c in counts])
+    rows.append(["passing / run"] + [f"{c['passing']}/{c['total']}" for c in counts])
+    parts += [_md_table(rows, ["verdict"] + matrix.labels), "", "## Legend", ""]
+    legend = [[v, "yes" if v in PASSING else "no", meaning] for v, meaning in VERDICTS.items()]
+    legend.append([MISSING, "", "not run on that device/mode"])
+    parts += [_md_table(legend, ["verdict", "passing", "meaning"]), ""]
+    (out / "matrix.md").write_text("\n".join(parts), encoding="utf-8")
+
+
+# The page is one jinja2 template with autoescape on: every text from the results (sentences,
+# ops, environment strings) is HTML-escaped, and nothing in it varies between builds of the
+# same input (no timestamps, no random ids, rows in matrix order). The table is rendered here
+# rather than with pandas' Styler, which took about 2 s of CPU for a 100,000-cell matrix
+# against 0.2 s for this template.
+_HTML_TEMPLATE = """\
+<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>detconf compatibility matrix</title>
+<style>
+body { font-family: system-ui, sans-serif; font-size: 13px; margin: 1.5em; }
+table { border-collapse: collapse; margin-bottom: 1.5em; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; vertical-align: top; }
+th { background: #f5f5f5; text-align: left; }
+table.matrix td.v { text-align: center; white-space: nowrap; }
+table.matrix tr.group th { background: #e8eaf6; }
+{% for name, colour, dark in colours %}.v-{{ name }} { background: {{ colour }};{% if dark %} color: #fff;{% endif %} }
+{% endfor %}.v-missing { background: {{ missing_colour }}; color: #999; }
+</style>
+</head>
+<body>
+<h1>detconf compatibility matrix</h1>
+{% if runs %}<h2>Runs</h2>
+<table class="runs">
+<tr>{% for k in run_fields %}<th>{{ k }}</th>{% endfor %}</tr>
+{% for r in runs %}<tr>{% for k in run_fields %}<td>{{ r[k] }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+{% endif %}<h2>Legend</h2>
+<table class="legend">
+<tr><th>verdict</th><th>passing</th><th>meaning</th></tr>
+{% for name, meaning, passing in legend %}<tr><td class="v-{{ name }}">{{ name }}</td><td>{{ passing }}</td><td>{{ meaning }}</td></tr>
+{% endfor %}<tr><td class="v-missing">{{ missing }}</td><td></td><td>not run on that device/mode</td></tr>
+</table>
+<h2>Counts per column</h2>
+<table class="counts">
+<tr><th>verdict</th>{% for c in counts %}<th>{{ c.column }}</th>{% endfor %}</tr>
+{% for v in count_verdicts %}<tr><td class="v-{{ v }}">{{ v }}</td>{% for c in counts %}<td>{{ c.counts[v] }}</td>{% endfor %}</tr>
+{% endfor %}<tr><td class="v-missing">not run ({{ missing }})</td>{% for c in counts %}<td>{{ c.missing }}</td>{% endfor %}</tr>
+<tr><th>passing / run</th>{% for c in counts %}<th>{{ c.passing }}/{{ c.total }}</th>{% endfor %}</tr>
+</table>
+<h2>Matrix</h2>
+<p>{{ n_entries }} entries &times; {{ columns|length }} columns; {{ missing }} = not run on that device/mode.</p>
+<table class="matrix">
+<thead>
+{% for level in header_levels %}<tr>{% if loop.last %}{% for h in entry_headings %}<th>{{ h }}</th>{% endfor %}{% else %}<th colspan="{{ entry_headings|length }}"></th>{% endif %}{% for label, span in level %}<th{% if span > 1 %} colspan="{{ span }}"{% endif %}>{{ label }}</th>{% endfor %}</tr>
+{% endfor %}</thead>
+<tbody>
+{% for group, rows in groups %}<tr class="group"><th colspan="{{ entry_headings|length + columns|length }}">{{ group }}</th></tr>
+{% for attrs, cells in rows %}<tr>{% for a in attrs %}<td>{{ a }}</td>{% endfor %}{% for v in cells %}{% if v %}<td class="v v-{{ v }}">{{ v }}</td>{% else %}<td class="v v-missing">{{ missing }}</td>{% endif %}{% endfor %}</tr>
+{% endfor %}{% endfor %}</tbody>
+</table>
+</body>
+</html>
+"""
+
+#: Entry columns of the HTML matrix; source and list head each group of rows instead.
+_HTML_ENTRY_COLUMNS = ("entry_id", "op", "promise", "sentence")
+
+
+def _spans(labels: list) -> list[tuple[str, int]]:
+    """Runs of equal consecutive header labels as (label, colspan)."""
+    out: list[list] = []
+    for label in labels:
+        if out and out[-1][0] == label:
+            out[-1][1] += 1
+        else:
+            out.append([label, 1])
+    return [(label, span) for label, span in out]
+
+
+def write_html(matrix: Matrix, results: Results, out: Path) -> None:
+    import jinja2
+
+    entry_cols = list(_HTML_ENTRY_COLUMNS)
+    if matrix.show_doc_version():
+        entry_cols.insert(0, "doc_version")
+    entries = matrix.entries
+    attrs = list(entries[entry_cols].itertuples(index=False, name=None))
+    cells = matrix.cells.tolist()
+    group_of = list(zip(entries["source"].tolist(), entries["list_name"].tolist()))
+    groups: list[tuple[str, list]] = []
+    for i, group in enumerate(group_of):
+        if not groups or group_of[i - 1] != group:
+            groups.append((f"{group[0]} · {group[1]}", []))
+        groups[-1][1].append((attrs[i], cells[i]))
+
+    cols = matrix.columns
+    header_levels = []
+    if matrix.multi_torch:
+        header_levels.append(_spans([f"torch {t}" for t, _, _ in cols]))
+    # A device label spans its modes (within one torch version).
+    device_labels = [(t, d) for t, d, _ in cols]
+    header_levels.append([(pair[1], span) for pair, span in _spans(device_labels)])
+    header_levels.append([(m, 1) for _, _, m in cols])
+
+    counts = matrix.column_counts()
+    runs = [describe_run(r) for r in results.runs]
+    env = jinja2.Environment(autoescape=True, keep_trailing_newline=True)
+    page = env.from_string(_HTML_TEMPLATE).render(
+        colours=[(v, COLOURS[v], v in _DARK) for v in VERDICTS],
+        missing_colour=MISSING_COLOUR,
+        missing=MISSING,
+        runs=runs,
+        run_fields=[k for k in (runs[0] if runs else {}) if any(r[k] for r in runs)],
+        legend=[(v, m, "yes" if v in PASSING else "no") for v, m in VERDICTS.items()],
+        counts=counts,
+        count_verdicts=[v for v in VERDICTS if any(c["counts"][v] for c in counts)],
+        n_entries=len(entries),
+        columns=cols,
+        header_levels=header_levels,
+        entry_headings=[_HEADINGS[c] for c in entry_cols],
+        groups=groups,
+    )
+    (out / "matrix.html").write_text(page, encoding="utf-8")
+
+
+def png_selection(matrix: Matrix, limit: int = PNG_MAX_ENTRIES) -> np.ndarray:
+    """Indices of the entries drawn: all when they fit, else failing entries first, then the
+    rest in matrix order, up to ``limit``, shown in matrix order."""
+    n = len(matrix.entries)
+    if n <= limit:
+        return np.arange(n)
+    failing = np.flatnonzero(matrix.failing_rows())
+    if len(failing) >= limit:
+        return failing[:limit]
+    others = np.flatnonzero(~matrix.failing_rows())[: limit - len(failing)]
+    return np.sort(np.concatenate([failing, others]))
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def write_png(matrix: Matrix, out: Path, limit: int = PNG_MAX_ENTRIES) -> None:
+    """Heatmap of the verdicts: entries down, device/mode across, one colour per verdict.
+
+    The figure grows with the matrix (0.2 inch a row). Beyond ``limit`` entries it shows a
+    selection (:func:`png_selection`: failing entries first) and says so in its title -- a
+    picture of thousands of rows cannot be read, the HTML and CSV hold every row.
+    """
+    # A bare Figure (no pyplot) renders with Agg and leaves the process's backend alone.
+    from matplotlib.colors import ListedColormap
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    selected = png_selection(matrix, limit)
+    codes = matrix.codes[selected]
+    names = VERDICT_NAMES
+    cmap = ListedColormap([COLOURS[v] for v in names] + [MISSING_COLOUR])
+
+    n_rows, n_cols = codes.shape
+    labels = [_shorten(str(s), 60) for s in matrix.entries["entry_id"].to_numpy()[selected]]
+    sources = matrix.entries["source"].to_numpy()[selected]
+    lists = matrix.entries["list_name"].to_numpy()[selected]
+    group_starts = [i for i in range(n_rows)
+                    if i == 0 or (sources[i], lists[i]) != (sources[i - 1], lists[i - 1])]
+    group_labels = [_shorten(f"{sources[i]} · {lists[i]}", 40) for i in group_starts]
+
+    # Sizes in inches: label areas grow with the longest label, the grid with the matrix.
+    char = 0.075
+    left = 0.3 + max((len(s) for s in labels), default=10) * char
+    top = 0.6 + max((len(s) for s in matrix.labels), default=8) * char
+    grid_w, grid_h = 0.45 * max(n_cols, 1), 0.2 * max(n_rows, 1)
+    groups_w = 0.3 + max((len(s) for s in group_labels), default=0) * char
+    legend_w, legend_h = 2.8, 0.6 + 0.2 * (len(VERDICTS) + 1)
+    width = left + grid_w + groups_w + legend_w
+    height = max(top + grid_h + 0.3, top + legend_h)
+    fig = Figure(figsize=(width, height), dpi=100)
+    ax = fig.add_axes((left / width, (height - top - grid_h) / height, grid_w / width, grid_h / height))
+    ax.imshow(codes, cmap=cmap, vmin=-0.5, vmax=len(names) + 0.5, aspect="auto",
+              interpolation="nearest")
+    ax.set_xticks(range(n_cols), matrix.labels, rotation=90, parse_math=False, fontsize=8)
+    ax.xaxis.tick_top()
+    # Row labels as plain texts: a tick per row costs several artists each.
+    ax.set_yticks([])
+    for i, label in enumerate(labels):
+        ax.text(-0.5 - 0.05 / 0.45, i, label, fontsize=7, va="center", ha="right",
+                parse_math=False, clip_on=False)
+    # White lines between cells, black lines and a label at each (source, list) group.
+    ax.vlines(np.arange(0.5, n_cols - 1), -0.5, n_rows - 0.5, colors="white", linewidth=0.6)
+    ax.hlines(np.arange(0.5, n_rows - 1), -0.5, n_cols - 0.5, colors="white", linewidth=0.6)
+    for start, label in zip(group_starts, group_labels):
+        if start:
+            ax.axhline(start - 0.5, color="black", linewidth=1.0)
+        ax.text(n_cols - 0.5 + 0.15 / 0.45, start - 0.5, label, fontsize=7, va="top", ha="left",
+                parse_math=False, clip_on=False)
+
+    seen = set(np.unique(codes).tolist())
+    handles = [Patch(facecolor=COLOURS[v], edgecolor="#555", label=v)
+               for i, v in enumerate(names) if i in seen]
+    if NOT_RUN in seen:
+        handles.append(Patch(facecolor=MISSING_COLOUR, edgecolor="#555", label=f"not run ({MISSING})"))
+    fig.legend(handles=handles, loc="upper left", fontsize=8, frameon=False,
+               bbox_to_anchor=((left + grid_w + groups_w) / width, 1.0 - top / height))
+    total = len(matrix.entries)
+    title = f"detconf compatibility matrix: {total} entries x {len(matrix.columns)} columns"
+    if n_rows < total:
+        title += f"; {n_rows} shown (failing entries first, see matrix.html for all)"
+    fig.text(0.1 / width, 1.0 - 0.1 / height, title, fontsize=9, va="top", parse_math=False)
+    fig.savefig(out / "matrix.png", format="png", metadata={"Software": None},
+                pil_kwargs={"compress_level": 3})
