@@ -272,19 +272,19 @@ class ResultsWriter:
         tr = terminalreporter
         tr.section("detconf conformance")
         tr.write_line(f"results: {self.path} ({len(self.written)} rows)")
+        from reports.load import ResultsError
+        from reports.summary import summary_lines
+
         try:
-            from reports.summary import summary_lines
-        except ImportError:
-            tr.write_line(", ".join(f"{v} {n}" for v, n in sorted(self.counts.items())))
-        else:
-            for line in summary_lines(self.path):
-                tr.write_line(line)
+            lines = summary_lines(self.path)
+        except ResultsError as exc:  # the rows are on disk; say why they could not be summarised
+            lines = [f"summary unavailable: {exc}", ", ".join(f"{v} {n}" for v, n in sorted(self.counts.items()))]
+        for line in lines:
+            tr.write_line(line)
         if config.getoption("--no-report-build"):
             return
-        try:
-            from reports.build import build
-        except ImportError:
-            return
+        from reports.build import build
+
         out_dir = self.path.parent
         try:
             build([self.path], out_dir)

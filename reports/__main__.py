@@ -1,4 +1,4 @@
-"""``python -m reports {build,diff,drift}``.
+"""``python -m reports {build,diff,drift,sensitivity}``.
 
 Exit status: 0 success; 1 ``diff`` found a regression; 2 bad input or usage (one line on
 stderr naming the file and line, no traceback).
@@ -19,7 +19,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Compatibility matrix, run-to-run diff and doc drift from detconf results files.",
         epilog="Exit status: 0 ok, 1 diff found a regression, 2 bad input (one line on stderr).",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{build,diff,drift}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{build,diff,drift,sensitivity}")
 
     p_build = sub.add_parser("build", help="write matrix.csv/.md/.html/.png, results.csv, summary.json")
     p_build.add_argument("results", nargs="+", help="results files (JSON lines); later files win")
@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="a conforming cell that disappeared also counts as a regression")
 
     sub.add_parser("drift", help="doc drift report (reports.drift); arguments are passed on",
+                   add_help=False)
+    sub.add_parser("sensitivity", help="positive-control table from --mode off rows; arguments are passed on",
                    add_help=False)
     return parser
 
@@ -54,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "drift":
         return _drift(argv[1:])
+    if argv and argv[0] == "sensitivity":
+        from reports.sensitivity import main as sensitivity_main
+
+        return sensitivity_main(argv[1:])
     args = _parser().parse_args(argv)
 
     from reports.load import ResultsError
