@@ -114,7 +114,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _share_cpu_between_workers(config: pytest.Config) -> None:
     import torch
 
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    workers = int(config.workerinput.get("workercount", 1) or 1)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
@@ -146,7 +146,8 @@ def record_row(request: pytest.FixtureRequest):
     """Attach a result row to this test's report (the only channel out of a worker)."""
 
     def record(row: dict) -> None:
-        row = dict(row, nodeid=request.node.nodeid, worker=os.environ.get("PYTEST_XDIST_WORKER", "main"))
+        worker = getattr(request.config, "workerinput", {}).get("workerid", "main")
+        row = dict(row, nodeid=request.node.nodeid, worker=worker)
         # Plain JSON builtins only: xdist's wire format rejects str subclasses
         # such as torch.__version__ (TorchVersion).
         request.node.user_properties.append((ROW_KEY, json.loads(json.dumps(row, default=str))))

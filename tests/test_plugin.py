@@ -13,7 +13,10 @@ SUBSET = "put_ or index_copy or MaxUnpool1d"
 
 def pytest_run(*args, env=None, timeout=300):
     cmd = [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", *args]
-    full_env = dict(os.environ, **(env or {}))
+    # A clean environment: when these tests themselves run under xdist, its
+    # variables must not leak into the inner pytest.
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    full_env.update(env or {})
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
