@@ -129,3 +129,12 @@ def test_other_errors_are_not_alerts():
     prog = Program(fn=lambda x: (_ for _ in ()).throw(NotImplementedError("foo not implemented for 'Half'")),
                    inputs={"x": torch.zeros(1)})
     assert observe(prog, "error").unsupported
+
+
+def test_float8_outputs_compare_within_tolerance():
+    from engine.runner import compare_values
+
+    a = [("out", torch.tensor([1.0, 2.0]).to(torch.float8_e4m3fn))]
+    assert compare_values(a, a) is None
+    b = [("out", torch.tensor([1.0, 4.0]).to(torch.float8_e4m3fn))]
+    assert "max abs diff" in compare_values(a, b)
