@@ -211,12 +211,15 @@ def load_entries_file(path, *, source: str) -> list[Entry]:
     entries = []
     for index, item in enumerate(raw):
         if not isinstance(item, dict):
-            raise CatalogError(f"{path}: entry #{index} is not an object")
+            raise CatalogError(f"{path}: entry #{index} is a {type(item).__name__}, expected an object")
         try:
             entry = Entry.from_json(item)
         except CatalogError as exc:
-            raise CatalogError(f"{path}: entry #{index}: {exc}") from None
+            raise CatalogError(f"{path}: entry #{index}: {' '.join(str(exc).split())}") from None
         if entry.source != source:
             raise CatalogError(f"{path}: entry {entry.id!r} has source {entry.source!r}, expected {source!r}")
         entries.append(entry)
-    return check_unique(entries)
+    try:
+        return check_unique(entries)
+    except CatalogError as exc:
+        raise CatalogError(f"{path}: {exc}") from None

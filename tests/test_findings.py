@@ -45,3 +45,25 @@ def test_malformed_findings_are_one_line_errors(tmp_path):
 def test_shipped_findings_are_valid():
     for finding in load_findings(FINDINGS_FILE):
         assert finding.verdict in VERDICTS and finding.why and finding.torch
+
+
+def test_catalog_files_malformed_entries_are_one_line_errors(tmp_path):
+    from engine.entry import load_entries_file
+
+    cases = {
+        "[{": "malformed JSON",
+        '{"a": 1}': "expected a JSON list",
+        '[{"entry_id": "x"}]': "entry #0",
+        '[{"entry_id": "x", "op": "torch.x", "sentence": "s", "promise": "sometimes", "source": "ascend"}]': "promise",
+        '[{"entry_id": "x", "op": "torch.x", "sentence": "s", "promise": "raises", "source": "other"}]': "expected 'ascend'",
+    }
+    for text, needle in cases.items():
+        path = tmp_path / "c.json"
+        path.write_text(text)
+        with pytest.raises(CatalogError, match=needle) as info:
+            load_entries_file(path, source="ascend")
+        assert "\n" not in str(info.value) and str(path) in str(info.value)
+    dup = '[{"entry_id": "x", "op": "torch.x", "sentence": "s", "promise": "raises", "source": "ascend"}]'
+    path.write_text(dup[:-1] + "," + dup[1:])
+    with pytest.raises(CatalogError, match="duplicate entry id 'x'"):
+        load_entries_file(path, source="ascend")

@@ -22,11 +22,12 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from engine.checks import CheckSkipped
+from engine.determinism import MODES, apply_mode
 
 FLAG_API = "flag-api"
 REPRO_NOTES = "repro-notes"
 
-MODES = ("error", "warn_only", "off")
+
 
 # Environment variables a check (or torch itself, see
 # torch/_inductor/fx_passes/numeric_utils.py) may set in this process.
@@ -158,14 +159,8 @@ def preserved_global_state(*, rng: bool = False) -> Iterator[GlobalState]:
         restore_state(saved)
 
 
-def enter_mode(mode: str) -> None:
-    """Put the deterministic flag where ``mode`` says, through the public API."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if mode == "off":
-        torch.use_deterministic_algorithms(False)
-    else:
-        torch.use_deterministic_algorithms(True, warn_only=(mode == "warn_only"))
+# Put the deterministic flag where ``mode`` says, through the public API.
+enter_mode = apply_mode
 
 
 def mode_is_on(mode: str) -> bool:
