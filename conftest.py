@@ -78,6 +78,9 @@ def _plan(config: pytest.Config):
 @pytest.hookimpl(trylast=True)  # after Hypothesis' plugin has loaded --hypothesis-profile
 def pytest_configure(config: pytest.Config) -> None:
     profiles.load(settings._current_profile)
+    # The reproducibility notes' setting for deterministic cuBLAS; it must be in
+    # place before CUDA initialises. A value the user set is kept (and recorded).
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     config.addinivalue_line("markers", "conformance: a generated conformance test")
     from conformance.catalog import SOURCES, UnknownSource
     from engine.devices import UnknownDevice, resolve_devices
@@ -206,6 +209,8 @@ def _environment(config: pytest.Config) -> dict:
         "sources": config.getoption("--source") or "all",
         "modes": config.getoption("--mode") or ["error", "warn_only"],
         "runs": config.getoption("--runs"),
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        "torch_threads": torch.get_num_threads(),
         "argv": list(config.invocation_params.args),
         "devices": devices,
     }

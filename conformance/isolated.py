@@ -35,12 +35,17 @@ def child_command(case: Case, *, sources: list[str], doc_version: str | None, pr
 
 
 def judge_in_subprocess(case: Case, *, sources: list[str], doc_version: str | None, profile: str, runs: int,
-                        timeout: float = 600) -> dict[str, Any]:
-    """The row the child computed; a child that dies gives a ``harness-error`` row."""
+                        timeout: float = 600, unset_env: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The row the child computed; a child that dies gives a ``harness-error`` row.
+
+    ``unset_env`` names variables the child must not see (e.g.
+    ``CUBLAS_WORKSPACE_CONFIG``, which CUDA reads once per process).
+    """
     from conformance.harness import crashed_row
 
     cmd = child_command(case, sources=sources, doc_version=doc_version, profile=profile, runs=runs)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = {k: v for k, v in os.environ.items() if k not in unset_env}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     try:
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:

@@ -21,8 +21,9 @@ import torch
 from engine.determinism import deterministic_mode
 from engine.program import Program
 
-# The phrase torch's alert uses, both for the error and for the warn_only warning.
-DETERMINISM_ALERT = re.compile(r"does not have a deterministic implementation")
+# The phrases torch's alerts use, both for the error and for the warn_only
+# warning: the generic alert, and cuBLAS's when CUBLAS_WORKSPACE_CONFIG is unset.
+DETERMINISM_ALERT = re.compile(r"does not have a deterministic implementation|not deterministic because it uses CuBLAS")
 # Messages that mean "this op / dtype is not implemented on this device".
 UNSUPPORTED = re.compile(
     r"not implemented for|not supported|Could not run '|doesn't support|is not implemented|"

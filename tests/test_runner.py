@@ -138,3 +138,13 @@ def test_float8_outputs_compare_within_tolerance():
     assert compare_values(a, a) is None
     b = [("out", torch.tensor([1.0, 4.0]).to(torch.float8_e4m3fn))]
     assert "max abs diff" in compare_values(a, b)
+
+
+def test_cublas_alert_wording_counts_as_the_determinism_alert():
+    from engine.runner import DETERMINISM_ALERT
+
+    message = ("Deterministic behavior was enabled with either `torch.use_deterministic_algorithms(True)` or "
+               "`at::Context::setDeterministicAlgorithms(true)`, but this operation is not deterministic because "
+               "it uses CuBLAS and you have CUDA >= 10.2.")
+    assert DETERMINISM_ALERT.search(message)
+    assert not DETERMINISM_ALERT.search("expected scalar type Float but found Double")
