@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import traceback
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,6 +180,10 @@ def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: s
             if rec.verdict in verdict.FAILING:
                 raise _NonConforming(rec.verdict)
 
+    if parent.derandomize:
+        # Derandomized profiles: each case draws its own fixed stream, keyed by its id
+        # (the same in every process and on every machine).
+        explore = hypothesis.seed(zlib.crc32(case.id.encode()))(explore)
     try:
         explore()
     except _SkipCase:

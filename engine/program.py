@@ -10,6 +10,7 @@ Recipes are looked up by the entry's qualified ``op`` name, whichever source
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -103,6 +104,7 @@ def registered_ops() -> list[str]:
     return sorted(_RECIPES)
 
 
+@functools.cache
 def _load_builtin_recipes() -> None:
     # Importing the modules runs their @recipe decorators: conformance/recipes*.py.
     import importlib

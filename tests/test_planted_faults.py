@@ -120,3 +120,10 @@ def test_tolerances_are_dtype_aware():
     nan = [("out", torch.tensor([float("nan")]))]
     assert compare_values(nan, nan) is None
     assert "values differ" in compare_values([("i", torch.tensor([1]))], [("i", torch.tensor([2]))])
+
+
+def test_derandomized_cases_draw_the_same_examples_every_time():
+    first = run("planted.deterministic", "deterministic", "error")
+    again = run("planted.deterministic", "deterministic", "error")
+    assert first["detail"]["fingerprints"] == again["detail"]["fingerprints"]
+    assert len(set(first["detail"]["fingerprints"].values())) > 1, "examples vary within a case"
