@@ -1186,30 +1186,3 @@ def interpolate(draw, entry, case, device):
     else:
         call = f"F.interpolate(x, size={size!r}, mode={mode!r})"
     return ex.program(call, grads=("x",))
-
-
-# The ops every release's documentation names, as the docs spell them.
-DOCUMENTED_OPS = (
-    "torch.Tensor.__getitem__", "torch.__getitem__",
-    "torch.Tensor.index_copy", "torch.index_copy",
-    "torch.Tensor.index_put", "torch.index_put",
-    "torch.Tensor.index_reduce", "torch.Tensor.put_", "torch.Tensor.resize_",
-    "torch.Tensor.scatter", "torch.Tensor.scatter_add_", "torch.scatter_add_",
-    "torch.Tensor.scatter_reduce",
-    "torch.bincount", "torch.bmm", "torch.cumsum", "torch.empty", "torch.empty_like", "torch.empty_strided",
-    "torch.empty_permuted", "torch.gather", "torch.histc",
-    "torch.index_add", "torch.index_add_", "torch.index_select", "torch.kthvalue", "torch.median",
-    "torch.mm", "torch.mv", "torch.repeat_interleave",
-    "torch.nn.AdaptiveAvgPool2d", "torch.nn.AdaptiveAvgPool3d", "torch.nn.AdaptiveMaxPool2d",
-    "torch.nn.AvgPool3d", "torch.nn.CTCLoss", "torch.nn.Conv1d", "torch.nn.Conv2d", "torch.nn.Conv3d",
-    "torch.nn.ConvTranspose1d", "torch.nn.ConvTranspose2d", "torch.nn.ConvTranspose3d",
-    "torch.nn.Embedding", "torch.nn.EmbeddingBag", "torch.nn.FractionalMaxPool2d",
-    "torch.nn.FractionalMaxPool3d", "torch.nn.MaxPool2d", "torch.nn.MaxPool3d",
-    "torch.nn.MaxUnpool1d", "torch.nn.MaxUnpool2d", "torch.nn.MaxUnpool3d", "torch.nn.NLLLoss",
-    "torch.nn.ReflectionPad1d", "torch.nn.ReflectionPad2d", "torch.nn.ReflectionPad3d",
-    "torch.nn.ReplicationPad1d", "torch.nn.ReplicationPad2d", "torch.nn.ReplicationPad3d",
-    "torch.nn.functional.grid_sample", "torch.nn.functional.interpolate",
-)
-
-__all__ = ["DOCUMENTED_OPS"]
-
