@@ -198,36 +198,31 @@ def _conv_differences(runs: list[list[bytes]]) -> list[str]:
     return [names[i] for i in range(3) if len({r[i] for r in runs}) > 1]
 
 
-@check("cudnn.benchmark=False:conv", source=REPRO_NOTES)
-def conv_repeats_without_benchmark(draw, entry, device: torch.device, mode: str) -> CheckObservation:
-    # benchmark off picks one algorithm; deterministic mode makes it a deterministic one.
+def _conv_observation(draw, device: torch.device, mode: str, *, cudnn_deterministic: bool, judged: bool) -> CheckObservation:
+    """Run the convolutions with cuDNN benchmark off and the given cudnn.deterministic."""
     require_cuda(device)
     with preserved_global_state():
         enter_mode(mode)
         torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = False
+        torch.backends.cudnn.deterministic = cudnn_deterministic
         runs, example = _conv_runs(draw, device)
     differing = _conv_differences(runs)
     return CheckObservation(
-        held=(not differing) if mode_is_on(mode) else None,
+        held=(not differing) if judged else None,
         observed="repeats" if not differing else "differs:" + ",".join(differing),
-        detail={**example, "cudnn.benchmark": False, "cudnn.deterministic": False, "runs": CONV_RUNS, "differing": differing},
+        detail={**example, "cudnn.benchmark": False, "cudnn.deterministic": cudnn_deterministic, "runs": CONV_RUNS,
+                "differing": differing},
     )
+
+
+@check("cudnn.benchmark=False:conv", source=REPRO_NOTES)
+def conv_repeats_without_benchmark(draw, entry, device: torch.device, mode: str) -> CheckObservation:
+    # benchmark off picks one algorithm; deterministic mode makes it a deterministic one.
+    return _conv_observation(draw, device, mode, cudnn_deterministic=False, judged=mode_is_on(mode))
 
 
 @check("cudnn.deterministic=True:conv", source=REPRO_NOTES)
 def conv_repeats_with_cudnn_deterministic(draw, entry, device: torch.device, mode: str) -> CheckObservation:
     # "torch.backends.cudnn.deterministic = True" alone covers convolutions: judged in
     # every mode, "off" being the case where it is the only setting.
-    require_cuda(device)
-    with preserved_global_state():
-        enter_mode(mode)
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = True
-        runs, example = _conv_runs(draw, device)
-    differing = _conv_differences(runs)
-    return CheckObservation(
-        held=not differing,
-        observed="repeats" if not differing else "differs:" + ",".join(differing),
-        detail={**example, "cudnn.benchmark": False, "cudnn.deterministic": True, "runs": CONV_RUNS, "differing": differing},
-    )
+    return _conv_observation(draw, device, mode, cudnn_deterministic=True, judged=True)
