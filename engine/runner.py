@@ -39,7 +39,7 @@ class RunRecord:
 
     outputs: list[torch.Tensor] = field(default_factory=list)  # uint8 byte views, on CPU
     labels: list[str] = field(default_factory=list)  # "out[0]", "grad[x]"
-    values: list[torch.Tensor] = field(default_factory=list)  # detached values, for max diff
+    values: list[torch.Tensor] = field(default_factory=list)  # dense CPU copies, for diffs and references
     alert_error: str | None = None
     alert_phase: str | None = None
     other_error: str | None = None
@@ -95,16 +95,22 @@ class Observation:
         return {k: v for k, v in self.__dict__.items() if k != "values" and v not in (None, [], {})}
 
 
-def as_bytes(t: torch.Tensor) -> torch.Tensor:
-    """A flat ``uint8`` CPU view of ``t``'s values, in logical (row-major) order."""
+def dense_cpu(t: torch.Tensor) -> torch.Tensor:
+    """``t`` detached, sparse made dense, quantized as its integer representation, on CPU."""
     t = t.detach()
     if t.is_sparse:
         t = t.to_dense()
     if t.is_quantized:
         t = t.int_repr()
+    return t.cpu()
+
+
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """A flat ``uint8`` CPU view of ``t``'s values, in logical (row-major) order."""
+    t = dense_cpu(t)
     if t.is_complex():
         t = torch.view_as_real(t.resolve_conj())
-    t = t.resolve_neg().cpu()
+    t = t.resolve_neg()
     # Copy into a fresh dense buffer: .contiguous() may keep odd strides on
     # one-element tensors, which a dtype view rejects.
     flat = torch.empty(t.numel(), dtype=t.dtype)
@@ -185,9 +191,10 @@ def _run_once(program: Program, synchronize: Callable[[], None]) -> RunRecord:
                         outputs.append((f"grad[{name}]", grad))
             synchronize()
             for label, t in outputs:
+                dense = dense_cpu(t)  # one copy off the device per tensor
                 record.labels.append(label)
-                record.outputs.append(as_bytes(t))
-                record.values.append(t.detach())
+                record.values.append(dense)
+                record.outputs.append(as_bytes(dense))
         except Exception as exc:  # noqa: BLE001 - every failure is evidence
             _classify(exc, record, phase)
     record.alert_warnings = [str(w.message).splitlines()[0][:500] for w in caught if DETERMINISM_ALERT.search(str(w.message))]
@@ -195,15 +202,13 @@ def _run_once(program: Program, synchronize: Callable[[], None]) -> RunRecord:
 
 
 def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float | None:
+    """Both tensors come from ``dense_cpu``."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return None
-    if a.is_sparse:
-        a, b = a.to_dense(), b.to_dense()
-    if a.is_quantized:
-        a, b = a.int_repr(), b.int_repr()
     if not (a.is_floating_point() or a.is_complex() or a.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)):
         return None
-    diff = (a.cpu().to(torch.complex128 if a.is_complex() else torch.float64) - b.cpu().to(torch.complex128 if b.is_complex() else torch.float64)).abs()
+    wide = torch.complex128 if a.is_complex() else torch.float64
+    diff = (a.to(wide) - b.to(wide)).abs()
     diff = torch.nan_to_num(diff, nan=float("inf"))
     return float(diff.max()) if diff.numel() else 0.0
 
@@ -266,7 +271,7 @@ def observe(
                 obs.identical, obs.mismatch, obs.max_abs_diff = False, mismatch, diff
                 break
         obs.fingerprint = fingerprint(records[0])
-        obs.values = _values_of(records[0])
+        obs.values = list(zip(records[0].labels, records[0].values))
     return obs
 
 
@@ -295,16 +300,7 @@ def run_values(program: Program, mode: str, *, device: torch.device | None = Non
         record = _run_once(program, lambda: None)
     if record.alert_error or record.unsupported or record.other_error:
         return None
-    return [(label, _dense_cpu(v)) for label, v in zip(record.labels, record.values)]
-
-
-def _dense_cpu(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach()
-    if t.is_sparse:
-        t = t.to_dense()
-    if t.is_quantized:
-        t = t.int_repr()
-    return t.cpu()
+    return list(zip(record.labels, record.values))
 
 
 def compare_values(actual: list[tuple[str, torch.Tensor]], reference: list[tuple[str, torch.Tensor]]) -> str | None:
@@ -328,7 +324,3 @@ def compare_values(actual: list[tuple[str, torch.Tensor]], reference: list[tuple
         elif not torch.equal(a, b):
             return f"{label}: {int((a != b).sum())} of {a.numel()} values differ"
     return None
-
-
-def _values_of(record: RunRecord) -> list[tuple[str, torch.Tensor]]:
-    return [(label, _dense_cpu(v)) for label, v in zip(record.labels, record.values)]
