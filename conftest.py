@@ -14,13 +14,13 @@ import os
 import platform
 import secrets
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
 from conformance import profiles
+from detconf.vocabulary import DEFAULT_MODES, SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_RESULTS = ROOT / "reports" / "out" / "results.jsonl"
@@ -32,13 +32,13 @@ profiles.load(os.environ.get("DETCONF_HYPOTHESIS_PROFILE", "dev"))
 
 # ----------------------------------------------------------------------------- options
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from conformance.catalog import ALL_MODES
+    from detconf.vocabulary import MODES
 
     group = parser.getgroup("detconf", "detconf conformance suite")
     group.addoption("--device", action="append", default=None, metavar="NAME",
                     help="device type to test (repeatable): cpu, cuda, mps, npu or a PrivateUse1 name; "
                          "default: every available one")
-    group.addoption("--mode", action="append", default=None, choices=ALL_MODES, metavar="MODE",
+    group.addoption("--mode", action="append", default=None, choices=MODES, metavar="MODE",
                     help="error | warn_only | off (repeatable; default: error and warn_only)")
     group.addoption("--source", action="append", default=None, metavar="NAME",
                     help="catalog source (repeatable): torch-docs, ascend, flag-api, repro-notes, sweep; "
@@ -63,7 +63,9 @@ def _plan(config: pytest.Config):
     cached = getattr(config, "_detconf_plan", None)
     if cached is not None:
         return cached
-    from conformance.catalog import DEFAULT_MODES, DEFAULT_SOURCES, load_catalog, plan
+    from conformance.catalog import load_catalog
+    from conformance.plan import plan
+    from detconf.vocabulary import DEFAULT_SOURCES
 
     sources = config.getoption("--source") or list(DEFAULT_SOURCES)
     modes = config.getoption("--mode") or list(DEFAULT_MODES)
@@ -131,7 +133,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def detconf_settings(request: pytest.FixtureRequest) -> dict:
     config = request.config
-    from conformance.catalog import DEFAULT_SOURCES
+    from detconf.vocabulary import DEFAULT_SOURCES
 
     return {
         "backends": {b.name: b for b in config._detconf_backends},
@@ -172,9 +174,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         versions = ", ".join(f"{k} {v}" for k, v in info.get("versions", {}).items())
         lines.append(f"detconf: device {backend.name} ({state}): {info.get('device_name', '')}"
                      + (f" [{versions}]" if versions else ""))
-    lines.append(f"detconf: flags at start: {current_state().as_dict()}")
+    lines.append(f"detconf: flags at start: {current_state().summary()}")
     lines.append(f"detconf: hypothesis profile {settings._current_profile}; sources "
-                 f"{config.getoption('--source') or 'all'}; modes {config.getoption('--mode') or ['error', 'warn_only']}; "
+                 f"{config.getoption('--source') or 'all'}; modes {config.getoption('--mode') or list(DEFAULT_MODES)}; "
                  f"doc version {config.getoption('--doc-version') or 'installed'}; results {config.getoption('--results')}")
     return lines
 
@@ -207,7 +209,7 @@ def _environment(config: pytest.Config) -> dict:
         "hypothesis_seed": config.getoption("hypothesis_seed", None),
         "doc_version": config.getoption("--doc-version"),
         "sources": config.getoption("--source") or "all",
-        "modes": config.getoption("--mode") or ["error", "warn_only"],
+        "modes": config.getoption("--mode") or list(DEFAULT_MODES),
         "runs": config.getoption("--runs"),
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
         "torch_threads": torch.get_num_threads(),
@@ -233,7 +235,7 @@ class ResultsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.handle = open(self.path, "w", encoding="utf-8")
         started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        self._write({"record": "run", "schema": 1, "run_id": self.run_id, "started": started,
+        self._write({"record": "run", "schema": SCHEMA_VERSION, "run_id": self.run_id, "started": started,
                      "env": _environment(self.config)})
 
     def _write(self, obj: dict) -> None:

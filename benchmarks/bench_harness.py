@@ -24,7 +24,7 @@ import torch  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from conformance.catalog import plan  # noqa: E402
+from conformance.plan import plan  # noqa: E402
 from conformance.harness import judge  # noqa: E402
 from engine import docspec, program  # noqa: E402
 from engine.devices import resolve_devices  # noqa: E402

@@ -23,19 +23,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from detconf.vocabulary import FAILING, MODES, SCHEMA_VERSION  # noqa: E402
+
 TORCH_VERSIONS = ("2.12.0", "2.13.0")
 DEVICES = (("cpu", "x86_64 (2 threads)"), ("cuda", "NVIDIA H100 80GB HBM3"))
-MODES = ("error", "warn_only", "off")
 LISTS = (("torch-docs", "deterministic"), ("torch-docs", "raises"), ("ascend", "deterministic"),
          ("flag-api", "api"), ("repro-notes", "notes"), ("sweep", "sweep"))
-FAILING = ("nondeterministic", "undocumented-nondeterminism", "wrong-result", "missing-raise",
-           "stale-doc", "undocumented-raise", "missing-warning", "spurious-warning", "violated",
-           "harness-error")
 
 
 def header(run_id: str, torch_version: str, device: str, device_name: str) -> dict:
     return {
-        "record": "run", "schema": 1, "run_id": run_id, "started": "2026-11-21T10:53:00Z",
+        "record": "run", "schema": SCHEMA_VERSION, "run_id": run_id, "started": "2026-11-21T10:53:00Z",
         "env": {
             "torch_version": torch_version, "torch_git": "0123456789abcdef", "cuda": None,
             "cudnn": None, "driver": None, "python": "3.11.7", "platform": "Linux-x86_64",
@@ -95,7 +93,7 @@ def synthetic_rows(n_rows: int, seed: int = 0, lean: bool = False):
                         verdict = ("conforms" if r < 0.85 else "unsupported" if r < 0.93
                                    else "skipped" if r < 0.95 else rng.choice(FAILING))
                     yield device, {
-                        "record": "result", "schema": 1, "run_id": runs[(t, device)],
+                        "record": "result", "schema": SCHEMA_VERSION, "run_id": runs[(t, device)],
                         "entry_id": entry_id, "op": f"torch.op_{e}",
                         "sentence": f":func:`torch.op_{e}` when called on a CUDA tensor with "
                                     f"variant={e % 7} <b>& more</b>",

@@ -5,6 +5,8 @@ Commands:
 - ``entries [--doc-version X] [--source NAME ...]``: print the catalog as JSON
   lines (one ``Entry.to_json()`` per line, sorted keys). Without ``--doc-version``
   the docstring of the installed torch is parsed.
+- ``spec-history``: the entries of every docstring snapshot the project keeps,
+  oldest release first, as JSON lines (the input of ``python -m reports drift``).
 
 Usage errors and catalog errors print one line on stderr and exit with status 2.
 To add a command, write ``_add_<name>(subparsers)`` registering a parser whose
@@ -52,10 +54,25 @@ def _add_entries(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_entries)
 
 
+def _spec_history(args: argparse.Namespace) -> int:
+    from conformance.catalog import doc_versions, snapshot_entries
+    from engine.entry import entries_to_jsonl
+
+    for version in doc_versions():
+        sys.stdout.write(entries_to_jsonl(snapshot_entries(version)))
+    return 0
+
+
+def _add_spec_history(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("spec-history", help="print the entries of every docstring snapshot as JSON lines")
+    p.set_defaults(run=_spec_history)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m conformance", description="detconf conformance suite tools")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     _add_entries(subparsers)
+    _add_spec_history(subparsers)
     return parser
 
 
@@ -67,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         if args.command is None:
-            raise UsageError(f"{parser.prog}: a command is required (one of: entries)")
+            raise UsageError(f"{parser.prog}: a command is required (one of: entries, spec-history)")
         return args.run(args)
     except (UsageError, CatalogError, UnknownDocVersion) as exc:
         print(" ".join(str(exc).split()), file=sys.stderr)

@@ -1,5 +1,11 @@
 """Judge one case (entry × device × mode) with Hypothesis and return its row.
 
+Every example is observed into a plain :class:`~engine.observation.Observation`
+and judged by the one verdict function, :func:`engine.verdict.verdict_for`:
+op runs, the sweep, the differential run, checks, skips and the harness's own
+failures (a missing recipe, a recipe that cannot build its example, a
+Hypothesis error) alike.
+
 Every example is recorded *at first sight*. Hypothesis replays and shrinks a
 failing example, and nondeterminism may not show up again on replay (its
 ``Flaky`` error): the verdict is computed from what was recorded, never from
@@ -19,12 +25,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance.catalog import Case
+import conformance.registry  # noqa: F401  (registers every recipe and check)
+from conformance.plan import Case
+from detconf.vocabulary import MODE_CALLS, SCHEMA_VERSION
 from engine import checks, program, verdict
 from engine.devices import Backend
-from engine.runner import Observation, observe
-
-SCHEMA = 1
+from engine.observation import Observation
+from engine.runner import RunOutcome, compare_values, run_program, run_values
 
 
 class _NonConforming(Exception):
@@ -32,11 +39,13 @@ class _NonConforming(Exception):
 
 
 class _SkipCase(Exception):
-    """A check cannot be observed here: stop drawing examples."""
+    """The case cannot be observed here: stop drawing examples."""
 
 
 @dataclass
 class Record:
+    """One judged example: its verdict, the word for the matrix, and the evidence."""
+
     verdict: str
     observed: str
     detail: dict[str, Any] = field(default_factory=dict)
@@ -57,8 +66,13 @@ def _entry_fields(case: Case) -> dict[str, Any]:
     }
 
 
+def expected_for(case: Case) -> str:
+    return verdict.expected_outcome(case.entry, case.device, case.mode,
+                                    raise_documented_elsewhere=case.raise_documented_by is not None)
+
+
 def base_row(case: Case, backend: Backend | None, expected: str) -> dict[str, Any]:
-    row = {"record": "result", "schema": SCHEMA}
+    row = {"record": "result", "schema": SCHEMA_VERSION}
     row.update(_entry_fields(case))
     row.update(
         {
@@ -72,38 +86,50 @@ def base_row(case: Case, backend: Backend | None, expected: str) -> dict[str, An
     return row
 
 
+def _judged(case: Case, expected: str, obs: Observation, extra: dict[str, Any] | None = None) -> Record:
+    """The one place an example's verdict is decided."""
+    v = verdict.verdict_for(expected, obs, listed=verdict.is_listed(case.entry))
+    detail = dict(extra) if extra is not None else obs.to_json()
+    if obs.skipped is not None:
+        detail.setdefault("reason", obs.skipped)
+    return Record(v, verdict.observed_word(obs), detail)
+
+
+def _harness_failure(what: str, exc: BaseException, **evidence: Any) -> Observation:
+    return Observation(error=f"{what}: {type(exc).__name__}: {exc}", **evidence)
+
+
 def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject, kwargs: dict, runs: int) -> Record:
     recipe = program.recipe_for(case.entry.op)
     try:
         prog = recipe(data.draw, case.entry, kwargs, backend.torch_device())
     except program.RecipeSkipped as skip:
-        return Record("skipped", "skipped", {"reason": str(skip)})
+        return _judged(case, expected, Observation(skipped=str(skip)), {})
     except (hypothesis.errors.UnsatisfiedAssumption, hypothesis.errors.StopTest):
         raise
     except Exception as exc:  # noqa: BLE001 - a recipe that cannot build its example is our bug
-        return Record("harness-error", "error", {"error": f"recipe failed: {type(exc).__name__}: {exc}", "case": kwargs,
-                                                 "traceback": traceback.format_exc(limit=4)})
-    obs = observe(prog, case.mode, runs=runs, synchronize=backend.synchronize, case=kwargs)
-    v = verdict.verdict_for(expected, obs)
-    if v == "nondeterministic" and case.entry.source == "sweep":
-        v = "undocumented-nondeterminism"  # the sweep's ops are not in the lists
-    detail = obs.to_json()
-    if v == "conforms" and obs.values is not None and case.mode != "off" and not prog.meta.get("uninitialized"):
-        wrong = _differential(prog, obs, backend)
-        if wrong:
-            v = "wrong-result"
-            detail["wrong_result"] = wrong
-    return Record(v, verdict.observed_word(obs), detail)
+        obs = _harness_failure("recipe failed", exc)
+        return _judged(case, expected, obs, {"error": obs.error, "case": kwargs,
+                                             "traceback": traceback.format_exc(limit=4)})
+    outcome = run_program(prog, case.mode, runs=runs, synchronize=backend.synchronize, case=kwargs)
+    obs = outcome.observation
+    if _needs_differential(case, expected, outcome, prog):
+        obs.wrong_result = _differential(prog, outcome, backend)
+    return _judged(case, expected, obs)
 
 
-def _differential(prog: program.Program, obs: Observation, backend: Backend) -> str | None:
+def _needs_differential(case: Case, expected: str, outcome: RunOutcome, prog: program.Program) -> bool:
+    """Only a conforming, comparable, initialised result is compared with a reference."""
+    return (outcome.values is not None and case.mode != "off" and not prog.meta.get("uninitialized")
+            and verdict.verdict_for(expected, outcome.observation, listed=verdict.is_listed(case.entry)) == "conforms")
+
+
+def _differential(prog: program.Program, outcome: RunOutcome, backend: Backend) -> str | None:
     """Deterministic but wrong is a failure: compare with the default (mode off)
     algorithm on the same device and, off CPU, with a CPU reference."""
-    from engine.runner import compare_values, run_values
-
     default = run_values(prog, "off")
     if default is not None:
-        problem = compare_values(obs.values, default)
+        problem = compare_values(outcome.values, default)
         if problem:
             return f"vs default algorithm: {problem}"
     if backend.name != "cpu":
@@ -112,7 +138,7 @@ def _differential(prog: program.Program, obs: Observation, backend: Backend) -> 
         except Exception:  # noqa: BLE001 - a recipe tied to its device has no CPU reference
             reference = None
         if reference is not None:
-            problem = compare_values(obs.values, reference)
+            problem = compare_values(outcome.values, reference)
             if problem:
                 return f"vs CPU reference: {problem}"
     return None
@@ -123,24 +149,20 @@ def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObje
     try:
         seen = fn(data.draw, case.entry, backend.torch_device(), case.mode)
     except checks.CheckSkipped as skip:
-        return Record("skipped", "skipped", {"reason": str(skip)})
+        return _judged(case, expected, Observation(skipped=str(skip), check=True), {})
     except (hypothesis.errors.UnsatisfiedAssumption, hypothesis.errors.StopTest):
         raise
     except Exception as exc:  # noqa: BLE001
-        return Record("harness-error", "error", {"error": f"check failed: {type(exc).__name__}: {exc}",
-                                                 "traceback": traceback.format_exc(limit=4)})
-    if expected == "observe" or seen.held is None:
-        v = "recorded"
-    else:
-        v = "conforms" if seen.held else "violated"
-    return Record(v, seen.observed, dict(seen.detail))
+        obs = _harness_failure("check failed", exc, check=True)
+        return _judged(case, expected, obs, {"error": obs.error, "traceback": traceback.format_exc(limit=4)})
+    obs = Observation(check=True, held=seen.held, observed=seen.observed)
+    return _judged(case, expected, obs, dict(seen.detail))
 
 
 def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: settings | None = None) -> dict[str, Any]:
     """Run the case under Hypothesis; return the result row (JSON-safe)."""
     started = time.perf_counter()
-    expected = verdict.expected_outcome(case.entry, case.device, case.mode,
-                                        raise_documented_elsewhere=case.raise_documented_by is not None)
+    expected = expected_for(case)
     row = base_row(case, backend, expected)
     detail: dict[str, Any] = {}
     if case.raise_documented_by:
@@ -149,9 +171,10 @@ def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: s
 
     is_check = case.entry.promise == "behaves"
     if not is_check and not program.has_recipe(case.entry.op):
-        row.update(verdict="harness-error", observed="no-recipe", examples=0, runs=0,
-                   detail={"error": f"no recipe for {case.entry.op!r}: add one with @recipe({case.entry.op!r}) "
-                                    "in conformance/recipes.py"})
+        message = (f"no recipe for {case.entry.op!r}: add one with @recipe({case.entry.op!r}) "
+                   "in conformance/recipes.py")
+        rec = _judged(case, expected, Observation(error=message, observed="no-recipe"), {"error": message})
+        row.update(verdict=rec.verdict, observed=rec.observed, examples=0, runs=0, detail=rec.detail)
         return _finish(row, started)
 
     examples = 0
@@ -159,26 +182,23 @@ def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: s
     cap = checks.example_cap(case.entry.source, case.entry.id) if is_check else None
     max_examples = min(parent.max_examples, cap) if cap else parent.max_examples
 
+    def keep(rec: Record) -> None:
+        records.append(rec)
+        if rec.verdict == "skipped":
+            raise _SkipCase(rec.detail.get("reason", ""))
+        if rec.verdict in verdict.FAILING:
+            raise _NonConforming(rec.verdict)
+
     @settings(parent, max_examples=max_examples, suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
     @given(st.data())
     def explore(data: st.DataObject) -> None:
         nonlocal examples
         examples += 1
         if is_check:
-            rec = _check_record(case, expected, backend, data)
-            records.append(rec)
-            if rec.verdict == "skipped":
-                raise _SkipCase(rec.detail.get("reason", ""))
-            if rec.verdict in verdict.FAILING:
-                raise _NonConforming(rec.verdict)
+            keep(_check_record(case, expected, backend, data))
             return
         for kwargs in case.entry.case_kwargs():
-            rec = _op_record(case, expected, backend, data, kwargs, runs)
-            records.append(rec)
-            if rec.verdict == "skipped":
-                raise _SkipCase(rec.detail.get("reason", ""))
-            if rec.verdict in verdict.FAILING:
-                raise _NonConforming(rec.verdict)
+            keep(_op_record(case, expected, backend, data, kwargs, runs))
 
     if parent.derandomize:
         # Derandomized profiles: each case draws its own fixed stream, keyed by its id
@@ -190,16 +210,16 @@ def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: s
         pass
     except Exception as exc:  # noqa: BLE001 - Flaky, our marker, or a Hypothesis error
         if not records or not any(r.verdict in verdict.FAILING for r in records):
-            records.append(Record("harness-error", "error", {"error": f"{type(exc).__name__}: {exc}"[:800]}))
+            obs = Observation(error=f"{type(exc).__name__}: {exc}"[:800])
+            records.append(_judged(case, expected, obs, {"error": obs.error}))
         if type(exc).__name__ in ("Flaky", "FlakyFailure", "FlakyReplay"):
             detail["flaky_replay"] = "the failure did not repeat when Hypothesis replayed it; verdict from first sight"
 
     final = verdict.worst(r.verdict for r in records)
     failing = [r for r in records if r.verdict == final]
     chosen = failing[-1] if failing else records[-1]
-    observed_words = sorted({r.observed for r in records})
     detail.update(chosen.detail)
-    detail["observed_per_example"] = observed_words
+    detail["observed_per_example"] = sorted({r.observed for r in records})
     detail["verdicts_per_example"] = {v: sum(r.verdict == v for r in records) for v in sorted({r.verdict for r in records})}
     fingerprints = [r.detail.get("fingerprint") for r in records if r.detail.get("fingerprint")]
     if fingerprints:
@@ -220,20 +240,21 @@ def _finish(row: dict[str, Any], started: float) -> dict[str, Any]:
 
 
 def skipped_row(case: Case, reason: str) -> dict[str, Any]:
-    expected = verdict.expected_outcome(case.entry, case.device, case.mode,
-                                        raise_documented_elsewhere=case.raise_documented_by is not None)
+    """The row of a case that was not run (its device is absent)."""
+    expected = expected_for(case)
+    rec = _judged(case, expected, Observation(skipped=reason), {})
     row = base_row(case, None, expected)
-    row.update(verdict="skipped", observed="skipped", examples=0, runs=0, detail={"reason": reason}, duration_s=0.0)
+    row.update(verdict=rec.verdict, observed=rec.observed, examples=0, runs=0, detail=rec.detail, duration_s=0.0)
     return row
 
 
 def crashed_row(case: Case, message: str) -> dict[str, Any]:
-    """A worker died while running the case: our failure until shown otherwise."""
-    expected = verdict.expected_outcome(case.entry, case.device, case.mode,
-                                        raise_documented_elsewhere=case.raise_documented_by is not None)
+    """A worker or child died while running the case: our failure until shown otherwise."""
+    expected = expected_for(case)
+    obs = Observation(error=message[:800], observed="crashed")
+    rec = _judged(case, expected, obs, {"error": obs.error})
     row = base_row(case, None, expected)
-    row.update(verdict="harness-error", observed="crashed", examples=0, runs=0,
-               detail={"error": message[:800]}, duration_s=0.0)
+    row.update(verdict=rec.verdict, observed=rec.observed, examples=0, runs=0, detail=rec.detail, duration_s=0.0)
     return row
 
 
@@ -245,16 +266,15 @@ def failure_message(row: dict[str, Any], nodeid: str = "") -> str:
         f"  expected {row['expected']}, observed {row['observed']} "
         f"({row['examples']} examples, {row['runs']} runs each, torch {row['torch_version']})",
     ]
-    for key in ("mismatch", "max_abs_diff", "raised", "warnings", "error", "unsupported", "flaky_replay", "raise_documented_by"):
+    for key in ("mismatch", "max_abs_diff", "raised", "warnings", "error", "unsupported", "wrong_result",
+                "flaky_replay", "raise_documented_by"):
         if d.get(key) not in (None, [], ""):
             lines.append(f"  {key}: {d[key]}")
     if d.get("example"):
         lines.append(f"  example: {d['example']}  case={d.get('case', {})}")
     if d.get("repro"):
-        mode_line = {"error": "torch.use_deterministic_algorithms(True)",
-                     "warn_only": "torch.use_deterministic_algorithms(True, warn_only=True)",
-                     "off": "torch.use_deterministic_algorithms(False)"}[row["mode"]]
-        lines.append("  reproducer:\n    import torch\n    " + mode_line + "\n    " + d["repro"].replace("\n", "\n    "))
+        lines.append("  reproducer:\n    import torch\n    " + MODE_CALLS[row["mode"]] + "\n    "
+                     + d["repro"].replace("\n", "\n    "))
     if nodeid:
         lines.append(f"  rerun: pytest '{nodeid}' --hypothesis-profile ci")
     return "\n".join(lines)

@@ -7,8 +7,15 @@ them already have a recipe in :mod:`conformance.recipes` (``torch.cumsum``,
 shared by op name, so this module registers only the other 42. Find one by
 grepping its qualified name, e.g. ``@recipe("torch.sum"``.
 
-Conventions, beyond those of :mod:`conformance.recipes` (whose example
-builder this module uses):
+Each recipe builds a :class:`conformance.kit.Example` and hands it an *op
+function*: a module-level ``def`` right above the recipe, named after what it
+calls (``addmm_op`` calls ``torch.addmm``), whose positional parameters are
+the example's inputs and whose keyword-only parameters are the constants the
+recipe drew (see :mod:`conformance.kit`). Where a recipe picks between call
+forms (with or without ``weight``, one or two index tensors), each form has
+its own op function.
+
+Conventions, beyond those of :mod:`conformance.kit` and :mod:`conformance.recipes`:
 
 - **Forward and backward.** The Ascend list is about training ("在使用PyTorch
   框架进行训练时"): every differentiable op here runs backward too, whether or
@@ -21,41 +28,46 @@ builder this module uses):
   ``nn.CTCLoss`` / ``nn.Embedding`` / ``nn.AdaptiveAvgPool2d`` recipes build.
 - **torch_npu-only APIs** raise :class:`~engine.program.RecipeSkipped` where
   ``torch_npu`` cannot be imported, and on any device other than ``npu``.
-  Their calls follow the torch_npu API reference (argument order and layouts
-  as documented there); they have not been run on Ascend hardware, so they
-  stay deliberately plain: float32 / float16, small shapes, stride 1 where
-  the reference is ambiguous.
+  Their op functions ``import torch_npu`` in their body, so the reproducer
+  does too. Their calls follow the torch_npu API reference (argument order
+  and layouts as documented there); they have not been run on Ascend
+  hardware, so they stay deliberately plain: float32 / float16, small
+  shapes, stride 1 where the reference is ambiguous.
 - In-place methods (``addbmm_``, ``addmv_``, ``index_put_``) run on a clone
   of their input, so the input's gradient flows through the in-place op.
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
+import warnings
+from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
 
-from conformance import recipes as _shared
-from conformance.recipes import _NO_HALF, _Example, _index_put_parts, _pool_input, _shape, _window
+from conformance import recipes as torch_docs_recipes
+from conformance.kit import NO_HALF, Example, index_put_parts, pool_input, shape, window
 from engine.entry import Entry
 from engine.program import Program, RecipeSkipped, recipe
 
 
-def _example(draw, entry: Entry, case: dict, device: torch.device) -> _Example:
-    """The shared example builder, differentiating whatever ``grads`` a recipe names (see module notes)."""
-    return _Example(draw, _for_training(entry), case, device)
+def _example(draw, entry: Entry, case: dict, device: torch.device) -> Example:
+    """The kit's example builder, differentiating whatever ``grads`` a recipe names (see module notes)."""
+    return Example(draw, _for_training(entry), case, device)
 
 
 def _for_training(entry: Entry) -> Entry:
     return entry if entry.backward else dataclasses.replace(entry, backward=True)
 
 
-def _small(ex: _Example, small: int, large: int) -> int:
+def _small(ex: Example, small: int, large: int) -> int:
     """Upper bound for a side: ``small`` on the small scale, ``large`` on the large one."""
     return large if ex.large else small
 
 
-def _reduction(ex: _Example, options=("mean", "sum", "none")) -> str:
+def _reduction(ex: Example, options=("mean", "sum", "none")) -> str:
     return ex.kwarg("reduction", options)
 
 
@@ -63,15 +75,15 @@ def _reduction(ex: _Example, options=("mean", "sum", "none")) -> str:
 # Reductions: sum, mean, std, var, std_mean, var_mean, trace
 
 
-def _reduce_input(ex: _Example) -> tuple[int, ...]:
+def _reduce_input(ex: Example) -> tuple[int, ...]:
     """``x`` of 0-3 dims (non-contiguous drawn), float dtypes."""
     dtype = ex.dtype(("floating",))
-    shape = _shape(ex, ex.integer(0, 3))
-    ex.tensor("x", shape, dtype, contiguous=None)
-    return shape
+    x_shape = shape(ex, ex.integer(0, 3))
+    ex.tensor("x", x_shape, dtype, contiguous=None)
+    return x_shape
 
 
-def _reduce_dims(ex: _Example, ndim: int) -> int | tuple[int, int] | None:
+def _reduce_dims(ex: Example, ndim: int) -> int | tuple[int, int] | None:
     """The ``dim`` argument: ``None`` (everything), one dim or two dims."""
     options: list = [None] + list(range(ndim))
     if ndim >= 2:
@@ -81,64 +93,100 @@ def _reduce_dims(ex: _Example, ndim: int) -> int | tuple[int, int] | None:
     return dim
 
 
+def sum_all_op(x):
+    return torch.sum(x)
+
+
+def sum_op(x, *, dim, keepdim):
+    return torch.sum(x, dim=dim, keepdim=keepdim)
+
+
 @recipe("torch.sum")
 def sum_(draw, entry, case, device):
     """``torch.sum(x, dim=..., keepdim=...)``, or ``torch.sum(x)`` over everything."""
     ex = _example(draw, entry, case, device)
-    shape = _reduce_input(ex)
-    dim = _reduce_dims(ex, len(shape))
+    x_shape = _reduce_input(ex)
+    dim = _reduce_dims(ex, len(x_shape))
     if dim is None:
-        return ex.program("torch.sum(x)", grads=("x",))
+        return ex.program(sum_all_op, grads=("x",))
     keepdim = ex.kwarg("keepdim", (False, True))
-    return ex.program(f"torch.sum(x, dim={dim!r}, keepdim={keepdim!r})", grads=("x",))
+    return ex.program(sum_op, grads=("x",), dim=dim, keepdim=keepdim)
+
+
+def mean_all_op(x):
+    return torch.mean(x)
+
+
+def mean_op(x, *, dim, keepdim):
+    return torch.mean(x, dim=dim, keepdim=keepdim)
 
 
 @recipe("torch.mean")
 def mean(draw, entry, case, device):
     """``torch.mean(x, dim=..., keepdim=...)``, or ``torch.mean(x)``."""
     ex = _example(draw, entry, case, device)
-    shape = _reduce_input(ex)
-    dim = _reduce_dims(ex, len(shape))
+    x_shape = _reduce_input(ex)
+    dim = _reduce_dims(ex, len(x_shape))
     if dim is None:
-        return ex.program("torch.mean(x)", grads=("x",))
+        return ex.program(mean_all_op, grads=("x",))
     keepdim = ex.kwarg("keepdim", (False, True))
-    return ex.program(f"torch.mean(x, dim={dim!r}, keepdim={keepdim!r})", grads=("x",))
+    return ex.program(mean_op, grads=("x",), dim=dim, keepdim=keepdim)
 
 
-def _moments(draw, entry, case, device, fn: str) -> Program:
-    """``torch.<fn>(x, dim=..., correction=..., keepdim=...)`` for std / var / std_mean / var_mean."""
+def _moments(draw, entry, case, device, op: Callable[..., Any]) -> Program:
+    """``op(x, dim=..., correction=..., keepdim=...)`` for std / var / std_mean / var_mean."""
     ex = _example(draw, entry, case, device)
-    shape = _reduce_input(ex)
-    dim = _reduce_dims(ex, len(shape))
+    x_shape = _reduce_input(ex)
+    dim = _reduce_dims(ex, len(x_shape))
     correction = ex.kwarg("correction", (1, 0))
     keepdim = ex.kwarg("keepdim", (False, True))
     # One element with correction=1 gives NaN (and a warning): still a
     # deterministic result, compared bit for bit like any other.
-    return ex.program(f"torch.{fn}(x, dim={dim!r}, correction={correction}, keepdim={keepdim!r})", grads=("x",))
+    return ex.program(op, grads=("x",), dim=dim, correction=correction, keepdim=keepdim)
+
+
+def std_op(x, *, dim, correction, keepdim):
+    return torch.std(x, dim=dim, correction=correction, keepdim=keepdim)
 
 
 @recipe("torch.std")
 def std(draw, entry, case, device):
     """``torch.std(x, dim, correction, keepdim)``."""
-    return _moments(draw, entry, case, device, "std")
+    return _moments(draw, entry, case, device, std_op)
+
+
+def var_op(x, *, dim, correction, keepdim):
+    return torch.var(x, dim=dim, correction=correction, keepdim=keepdim)
 
 
 @recipe("torch.var")
 def var(draw, entry, case, device):
     """``torch.var(x, dim, correction, keepdim)``."""
-    return _moments(draw, entry, case, device, "var")
+    return _moments(draw, entry, case, device, var_op)
+
+
+def std_mean_op(x, *, dim, correction, keepdim):
+    return torch.std_mean(x, dim=dim, correction=correction, keepdim=keepdim)
 
 
 @recipe("torch.std_mean")
 def std_mean(draw, entry, case, device):
     """``torch.std_mean(x, dim, correction, keepdim)`` -> (std, mean)."""
-    return _moments(draw, entry, case, device, "std_mean")
+    return _moments(draw, entry, case, device, std_mean_op)
+
+
+def var_mean_op(x, *, dim, correction, keepdim):
+    return torch.var_mean(x, dim=dim, correction=correction, keepdim=keepdim)
 
 
 @recipe("torch.var_mean")
 def var_mean(draw, entry, case, device):
     """``torch.var_mean(x, dim, correction, keepdim)`` -> (var, mean)."""
-    return _moments(draw, entry, case, device, "var_mean")
+    return _moments(draw, entry, case, device, var_mean_op)
+
+
+def trace_op(x):
+    return torch.trace(x)
 
 
 @recipe("torch.trace")
@@ -148,16 +196,20 @@ def trace(draw, entry, case, device):
     dtype = ex.dtype(("floating",))
     cap = _small(ex, 8, 1024)
     ex.tensor("x", (ex.side(1, cap), ex.side(1, cap)), dtype, contiguous=None)
-    return ex.program("torch.trace(x)", grads=("x",))
+    return ex.program(trace_op, grads=("x",))
 
 
 # ---------------------------------------------------------------------------
 # Products: dot, matmul, addmm, addmv, addbmm and their method / in-place forms
 
 
-def _scalars(ex: _Example) -> tuple[float, float]:
+def _scalars(ex: Example) -> tuple[float, float]:
     """``beta`` and ``alpha``; ``beta=0`` ignores the input (and gives it a zero gradient)."""
     return ex.kwarg("beta", (1, 0.5, 0)), ex.kwarg("alpha", (1, 0.5))
+
+
+def dot_op(a, b):
+    return torch.dot(a, b)
 
 
 @recipe("torch.dot")
@@ -168,7 +220,7 @@ def dot(draw, entry, case, device):
     n = ex.side(1, ex.limits.max_numel // 2)
     ex.tensor("a", (n,), dtype, contiguous=None)
     ex.tensor("b", (n,), dtype)
-    return ex.program("torch.dot(a, b)", grads=("a", "b"))
+    return ex.program(dot_op, grads=("a", "b"))
 
 
 # (a's shape, b's shape) in terms of n, m, p and a batch size; broadcasting included.
@@ -184,6 +236,10 @@ _MATMUL_FORMS = {
 }
 
 
+def matmul_op(a, b):
+    return torch.matmul(a, b)
+
+
 @recipe("torch.matmul")
 def matmul(draw, entry, case, device):
     """``torch.matmul(a, b)`` in each of its dispatch forms (dot, mv, mm, bmm, broadcast)."""
@@ -196,10 +252,10 @@ def matmul(draw, entry, case, device):
     ex.tensor("a", a_shape, dtype, contiguous=None)
     ex.tensor("b", b_shape, dtype)
     ex.kwargs["form"] = form
-    return ex.program("torch.matmul(a, b)", grads=("a", "b"))
+    return ex.program(matmul_op, grads=("a", "b"))
 
 
-def _addmm_parts(ex: _Example, *, broadcast_input: bool) -> tuple[float, float]:
+def _addmm_parts(ex: Example, *, broadcast_input: bool) -> tuple[float, float]:
     """``x`` (n, p) — or a broadcast row (p,) — and ``m1`` (n, m), ``m2`` (m, p)."""
     dtype = ex.dtype(("floating",))
     cap = _small(ex, 8, 512)
@@ -211,12 +267,20 @@ def _addmm_parts(ex: _Example, *, broadcast_input: bool) -> tuple[float, float]:
     return _scalars(ex)
 
 
+def addmm_op(x, m1, m2, *, beta, alpha):
+    return torch.addmm(x, m1, m2, beta=beta, alpha=alpha)
+
+
 @recipe("torch.addmm")
 def addmm(draw, entry, case, device):
     """``torch.addmm(x, m1, m2, beta=..., alpha=...)``; ``x`` may broadcast."""
     ex = _example(draw, entry, case, device)
     beta, alpha = _addmm_parts(ex, broadcast_input=True)
-    return ex.program(f"torch.addmm(x, m1, m2, beta={beta!r}, alpha={alpha!r})", grads=("x", "m1", "m2"))
+    return ex.program(addmm_op, grads=("x", "m1", "m2"), beta=beta, alpha=alpha)
+
+
+def tensor_addmm_op(x, m1, m2, *, beta, alpha):
+    return x.addmm(m1, m2, beta=beta, alpha=alpha)
 
 
 @recipe("torch.Tensor.addmm")
@@ -224,10 +288,10 @@ def tensor_addmm(draw, entry, case, device):
     """``x.addmm(m1, m2, beta=..., alpha=...)`` (the method; out of place)."""
     ex = _example(draw, entry, case, device)
     beta, alpha = _addmm_parts(ex, broadcast_input=True)
-    return ex.program(f"x.addmm(m1, m2, beta={beta!r}, alpha={alpha!r})", grads=("x", "m1", "m2"))
+    return ex.program(tensor_addmm_op, grads=("x", "m1", "m2"), beta=beta, alpha=alpha)
 
 
-def _addmv_parts(ex: _Example) -> tuple[float, float]:
+def _addmv_parts(ex: Example) -> tuple[float, float]:
     dtype = ex.dtype(("floating",))
     cap = _small(ex, 8, 1024)
     n, m = ex.side(1, cap), ex.side(1, cap)
@@ -237,12 +301,20 @@ def _addmv_parts(ex: _Example) -> tuple[float, float]:
     return _scalars(ex)
 
 
+def addmv_op(x, mat, vec, *, beta, alpha):
+    return torch.addmv(x, mat, vec, beta=beta, alpha=alpha)
+
+
 @recipe("torch.addmv")
 def addmv(draw, entry, case, device):
     """``torch.addmv(x, mat, vec, beta=..., alpha=...)``."""
     ex = _example(draw, entry, case, device)
     beta, alpha = _addmv_parts(ex)
-    return ex.program(f"torch.addmv(x, mat, vec, beta={beta!r}, alpha={alpha!r})", grads=("x", "mat", "vec"))
+    return ex.program(addmv_op, grads=("x", "mat", "vec"), beta=beta, alpha=alpha)
+
+
+def addmv_inplace_op(x, mat, vec, *, beta, alpha):
+    return x.clone().addmv_(mat, vec, beta=beta, alpha=alpha)
 
 
 @recipe("torch.Tensor.addmv_")
@@ -250,10 +322,10 @@ def tensor_addmv_(draw, entry, case, device):
     """``x.clone().addmv_(mat, vec, beta=..., alpha=...)``."""
     ex = _example(draw, entry, case, device)
     beta, alpha = _addmv_parts(ex)
-    return ex.program(f"x.clone().addmv_(mat, vec, beta={beta!r}, alpha={alpha!r})", grads=("x", "mat", "vec"))
+    return ex.program(addmv_inplace_op, grads=("x", "mat", "vec"), beta=beta, alpha=alpha)
 
 
-def _addbmm_parts(ex: _Example) -> tuple[float, float]:
+def _addbmm_parts(ex: Example) -> tuple[float, float]:
     """``x`` (n, p), ``b1`` (b, n, m), ``b2`` (b, m, p): the batch is summed, an accumulation over b."""
     dtype = ex.dtype(("floating",))
     cap = _small(ex, 6, 64)
@@ -265,12 +337,20 @@ def _addbmm_parts(ex: _Example) -> tuple[float, float]:
     return _scalars(ex)
 
 
+def addbmm_op(x, b1, b2, *, beta, alpha):
+    return torch.addbmm(x, b1, b2, beta=beta, alpha=alpha)
+
+
 @recipe("torch.addbmm")
 def addbmm(draw, entry, case, device):
     """``torch.addbmm(x, b1, b2, beta=..., alpha=...)``."""
     ex = _example(draw, entry, case, device)
     beta, alpha = _addbmm_parts(ex)
-    return ex.program(f"torch.addbmm(x, b1, b2, beta={beta!r}, alpha={alpha!r})", grads=("x", "b1", "b2"))
+    return ex.program(addbmm_op, grads=("x", "b1", "b2"), beta=beta, alpha=alpha)
+
+
+def addbmm_inplace_op(x, b1, b2, *, beta, alpha):
+    return x.clone().addbmm_(b1, b2, beta=beta, alpha=alpha)
 
 
 @recipe("torch.Tensor.addbmm_")
@@ -278,11 +358,19 @@ def tensor_addbmm_(draw, entry, case, device):
     """``x.clone().addbmm_(b1, b2, beta=..., alpha=...)``."""
     ex = _example(draw, entry, case, device)
     beta, alpha = _addbmm_parts(ex)
-    return ex.program(f"x.clone().addbmm_(b1, b2, beta={beta!r}, alpha={alpha!r})", grads=("x", "b1", "b2"))
+    return ex.program(addbmm_inplace_op, grads=("x", "b1", "b2"), beta=beta, alpha=alpha)
 
 
 # ---------------------------------------------------------------------------
 # Indexing
+
+
+def index_put_idx0_op(x, idx0, values, *, accumulate):
+    return x.clone().index_put_((idx0,), values, accumulate=accumulate)
+
+
+def index_put_idx0_idx1_op(x, idx0, idx1, values, *, accumulate):
+    return x.clone().index_put_((idx0, idx1), values, accumulate=accumulate)
 
 
 @recipe("torch.Tensor.index_put_")
@@ -294,13 +382,18 @@ def tensor_index_put_(draw, entry, case, device):
     ex = _example(draw, entry, case, device)
     dtype = ex.dtype(("floating", "integer"))
     accumulate = ex.kwarg("accumulate", (False, True))
-    k, _ = _index_put_parts(ex, dtype)
-    idx = "(idx0,)" if k == 1 else "(idx0, idx1)"
-    return ex.program(f"x.clone().index_put_({idx}, values, accumulate={accumulate!r})", grads=("x", "values"))
+    k, _ = index_put_parts(ex, dtype)
+    op = index_put_idx0_op if k == 1 else index_put_idx0_idx1_op
+    return ex.program(op, grads=("x", "values"), accumulate=accumulate)
 
 
 # ---------------------------------------------------------------------------
 # Normalization and activation: batch_norm, layer_norm, prelu
+
+
+def batch_norm_op(x, running_mean, running_var, weight, bias, *, training, momentum):
+    out = F.batch_norm(x, running_mean, running_var, weight, bias, training=training, momentum=momentum, eps=1e-05)
+    return (out, running_mean, running_var)
 
 
 @recipe("torch.nn.functional.batch_norm")
@@ -323,9 +416,15 @@ def batch_norm(draw, entry, case, device):
     ex.tensor("weight", (c,), dtype, low=0.5, high=2)
     ex.tensor("bias", (c,), dtype, low=-1, high=1)
     momentum = ex.kwarg("momentum", (0.1, 0.5))
-    call = (f"F.batch_norm(x, running_mean, running_var, weight, bias, training={training!r}, "
-            f"momentum={momentum!r}, eps=1e-05)")
-    return ex.program(f"({call}, running_mean, running_var)", grads=("x", "weight", "bias"))
+    return ex.program(batch_norm_op, grads=("x", "weight", "bias"), training=training, momentum=momentum)
+
+
+def layer_norm_affine_op(x, weight, bias, *, normalized_shape):
+    return F.layer_norm(x, normalized_shape, weight, bias, eps=1e-05)
+
+
+def layer_norm_op(x, *, normalized_shape):
+    return F.layer_norm(x, normalized_shape, eps=1e-05)
 
 
 @recipe("torch.nn.functional.layer_norm")
@@ -334,16 +433,20 @@ def layer_norm(draw, entry, case, device):
     ex = _example(draw, entry, case, device)
     dtype = ex.dtype(("floating",))
     ndim = ex.integer(1, 3)
-    shape = _shape(ex, ndim)
+    x_shape = shape(ex, ndim)
     k = ex.integer(1, min(2, ndim))
-    normalized = tuple(shape[-k:])
-    ex.tensor("x", shape, dtype, contiguous=None)
+    normalized = tuple(x_shape[-k:])
+    ex.tensor("x", x_shape, dtype, contiguous=None)
     ex.kwargs["normalized_shape"] = normalized
     if ex.choice((True, False)):
         ex.tensor("weight", normalized, dtype, low=0.5, high=2)
         ex.tensor("bias", normalized, dtype, low=-1, high=1)
-        return ex.program(f"F.layer_norm(x, {normalized!r}, weight, bias, eps=1e-05)", grads=("x", "weight", "bias"))
-    return ex.program(f"F.layer_norm(x, {normalized!r}, eps=1e-05)", grads=("x",))
+        return ex.program(layer_norm_affine_op, grads=("x", "weight", "bias"), normalized_shape=normalized)
+    return ex.program(layer_norm_op, grads=("x",), normalized_shape=normalized)
+
+
+def prelu_op(x, weight):
+    return F.prelu(x, weight)
 
 
 @recipe("torch.nn.functional.prelu")
@@ -361,7 +464,7 @@ def prelu(draw, entry, case, device):
     per_channel = ex.choice((False, True))
     ex.tensor("weight", (c if per_channel else 1,), dtype, low=0, high=0.5)
     ex.kwargs["per_channel"] = per_channel
-    return ex.program("F.prelu(x, weight)", grads=("x", "weight"))
+    return ex.program(prelu_op, grads=("x", "weight"))
 
 
 # ---------------------------------------------------------------------------
@@ -371,7 +474,12 @@ def prelu(draw, entry, case, device):
 @recipe("torch.nn.functional.adaptive_avg_pool2d")
 def functional_adaptive_avg_pool2d(draw, entry, case, device):
     """``F.adaptive_avg_pool2d``: the ``nn.AdaptiveAvgPool2d`` recipe, with backward."""
-    return _shared.adaptive_avg_pool2d(draw, _for_training(entry), case, device)
+    return torch_docs_recipes.adaptive_avg_pool2d(draw, _for_training(entry), case, device)
+
+
+def avg_pool2d_op(x, *, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    return F.avg_pool2d(x, kernel_size, stride=stride, padding=padding, ceil_mode=ceil_mode,
+                        count_include_pad=count_include_pad, divisor_override=divisor_override)
 
 
 @recipe("torch.nn.functional.avg_pool2d")
@@ -382,18 +490,17 @@ def avg_pool2d(draw, entry, case, device):
     """
     ex = _example(draw, entry, case, device)
     dtype = ex.dtype(("floating",))
-    shape = _pool_input(ex, 2, dtype=dtype)
-    k, stride, padding = _window(ex, shape[-2:])
+    x_shape = pool_input(ex, 2, dtype=dtype)
+    k, stride, padding = window(ex, x_shape[-2:])
     ceil_mode = ex.kwarg("ceil_mode", (False, True))
     count_include_pad = ex.kwarg("count_include_pad", (True, False))
     divisor_override = ex.kwarg("divisor_override", (None, 3))
     ex.kwargs.update(kernel_size=k, stride=stride, padding=padding)
-    return ex.program(f"F.avg_pool2d(x, {k}, stride={stride}, padding={padding}, ceil_mode={ceil_mode!r}, "
-                      f"count_include_pad={count_include_pad!r}, divisor_override={divisor_override!r})",
-                      grads=("x",))
+    return ex.program(avg_pool2d_op, grads=("x",), kernel_size=k, stride=stride, padding=padding,
+                      ceil_mode=ceil_mode, count_include_pad=count_include_pad, divisor_override=divisor_override)
 
 
-def _blocks(ex: _Example) -> tuple[tuple[int, int], int, int, int]:
+def _blocks(ex: Example) -> tuple[tuple[int, int], int, int, int]:
     """kernel (kh, kw), dilation, padding, stride of a sliding block; stride < kernel overlaps blocks."""
     kernel = (ex.integer(1, 3), ex.integer(1, 3))
     dilation = ex.integer(1, 2)
@@ -403,7 +510,7 @@ def _blocks(ex: _Example) -> tuple[tuple[int, int], int, int, int]:
     return kernel, dilation, padding, stride
 
 
-def _block_sides(ex: _Example, kernel, dilation: int, padding: int, budget: int) -> tuple[int, int]:
+def _block_sides(ex: Example, kernel, dilation: int, padding: int, budget: int) -> tuple[int, int]:
     """Spatial sides that fit at least one block."""
     mins = tuple(max(1, dilation * (k - 1) + 1 - 2 * padding) for k in kernel)
     return ex.spatial(2, mins=mins, budget=budget)
@@ -413,8 +520,13 @@ def _num_blocks(sides, kernel, dilation: int, padding: int, stride: int) -> int:
     return math.prod((s + 2 * padding - dilation * (k - 1) - 1) // stride + 1 for s, k in zip(sides, kernel))
 
 
-def _block_args(kernel, dilation: int, padding: int, stride: int) -> str:
-    return f"kernel_size={kernel!r}, dilation={dilation}, padding={padding}, stride={stride}"
+def _block_args(kernel, dilation: int, padding: int, stride: int) -> dict[str, Any]:
+    """The block arguments of ``F.unfold`` / ``F.fold``, as the op functions' constants."""
+    return {"kernel_size": kernel, "dilation": dilation, "padding": padding, "stride": stride}
+
+
+def unfold_op(x, *, kernel_size, dilation, padding, stride):
+    return F.unfold(x, kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride)
 
 
 @recipe("torch.nn.functional.unfold")
@@ -426,7 +538,11 @@ def unfold(draw, entry, case, device):
     n, c = ex.batch(), ex.channels()
     sides = _block_sides(ex, kernel, dilation, padding, ex.limits.max_numel // (n * c))
     ex.tensor("x", (n, c) + sides, dtype, contiguous=None)
-    return ex.program(f"F.unfold(x, {_block_args(kernel, dilation, padding, stride)})", grads=("x",))
+    return ex.program(unfold_op, grads=("x",), **_block_args(kernel, dilation, padding, stride))
+
+
+def fold_op(x, *, output_size, kernel_size, dilation, padding, stride):
+    return F.fold(x, output_size, kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride)
 
 
 @recipe("torch.nn.functional.fold")
@@ -443,20 +559,24 @@ def fold(draw, entry, case, device):
     blocks = _num_blocks(out, kernel, dilation, padding, stride)
     ex.tensor("x", (n, c * kernel[0] * kernel[1], blocks), dtype, contiguous=None)
     ex.kwargs["output_size"] = out
-    return ex.program(f"F.fold(x, {out!r}, {_block_args(kernel, dilation, padding, stride)})", grads=("x",))
+    return ex.program(fold_op, grads=("x",), output_size=out, **_block_args(kernel, dilation, padding, stride))
 
 
 # ---------------------------------------------------------------------------
 # Losses
 
 
-def _loss_pair(ex: _Example, *, low: float = -3, high: float = 3) -> tuple[int, ...]:
+def _loss_pair(ex: Example, *, low: float = -3, high: float = 3) -> tuple[int, ...]:
     """``x`` and ``target`` of the same 0-3 dim shape."""
     dtype = ex.dtype(("floating",))
-    shape = _shape(ex, ex.integer(0, 3))
-    ex.tensor("x", shape, dtype, low=low, high=high, contiguous=None)
-    ex.tensor("target", shape, dtype, low=low, high=high)
-    return shape
+    x_shape = shape(ex, ex.integer(0, 3))
+    ex.tensor("x", x_shape, dtype, low=low, high=high, contiguous=None)
+    ex.tensor("target", x_shape, dtype, low=low, high=high)
+    return x_shape
+
+
+def mse_loss_op(x, target, *, reduction):
+    return F.mse_loss(x, target, reduction=reduction)
 
 
 @recipe("torch.nn.functional.mse_loss")
@@ -465,7 +585,11 @@ def mse_loss(draw, entry, case, device):
     ex = _example(draw, entry, case, device)
     _loss_pair(ex)
     reduction = _reduction(ex)
-    return ex.program(f"F.mse_loss(x, target, reduction={reduction!r})", grads=("x", "target"))
+    return ex.program(mse_loss_op, grads=("x", "target"), reduction=reduction)
+
+
+def l1_loss_op(x, target, *, reduction):
+    return F.l1_loss(x, target, reduction=reduction)
 
 
 @recipe("torch.nn.functional.l1_loss")
@@ -474,7 +598,11 @@ def l1_loss(draw, entry, case, device):
     ex = _example(draw, entry, case, device)
     _loss_pair(ex)
     reduction = _reduction(ex)
-    return ex.program(f"F.l1_loss(x, target, reduction={reduction!r})", grads=("x", "target"))
+    return ex.program(l1_loss_op, grads=("x", "target"), reduction=reduction)
+
+
+def smooth_l1_loss_op(x, target, *, reduction, beta):
+    return F.smooth_l1_loss(x, target, reduction=reduction, beta=beta)
 
 
 @recipe("torch.nn.functional.smooth_l1_loss")
@@ -484,7 +612,11 @@ def smooth_l1_loss(draw, entry, case, device):
     _loss_pair(ex)
     reduction = _reduction(ex)
     beta = ex.kwarg("beta", (1.0, 0.5, 0.0))
-    return ex.program(f"F.smooth_l1_loss(x, target, reduction={reduction!r}, beta={beta!r})", grads=("x", "target"))
+    return ex.program(smooth_l1_loss_op, grads=("x", "target"), reduction=reduction, beta=beta)
+
+
+def soft_margin_loss_op(x, target, *, reduction):
+    return F.soft_margin_loss(x, target, reduction=reduction)
 
 
 @recipe("torch.nn.functional.soft_margin_loss")
@@ -492,12 +624,20 @@ def soft_margin_loss(draw, entry, case, device):
     """``F.soft_margin_loss(x, target, reduction=...)`` with targets in {-1, 1}."""
     ex = _example(draw, entry, case, device)
     dtype = ex.dtype(("floating",))
-    shape = _shape(ex, ex.integer(0, 3))
-    ex.tensor("x", shape, dtype, low=-3, high=3, contiguous=None)
-    bits = ex.tensor("_bits", shape, dtype, low=0, high=1, integral=True, is_input=False)
+    x_shape = shape(ex, ex.integer(0, 3))
+    ex.tensor("x", x_shape, dtype, low=-3, high=3, contiguous=None)
+    bits = ex.tensor("_bits", x_shape, dtype, low=0, high=1, integral=True, is_input=False)
     ex.add("target", bits * 2 - 1, "_bits * 2 - 1")
     reduction = _reduction(ex)
-    return ex.program(f"F.soft_margin_loss(x, target, reduction={reduction!r})", grads=("x",))
+    return ex.program(soft_margin_loss_op, grads=("x",), reduction=reduction)
+
+
+def binary_cross_entropy_weighted_op(p, target, weight, *, reduction):
+    return F.binary_cross_entropy(p, target, weight=weight, reduction=reduction)
+
+
+def binary_cross_entropy_op(p, target, *, reduction):
+    return F.binary_cross_entropy(p, target, reduction=reduction)
 
 
 @recipe("torch.nn.functional.binary_cross_entropy")
@@ -505,16 +645,23 @@ def binary_cross_entropy(draw, entry, case, device):
     """``F.binary_cross_entropy(p, target, weight=..., reduction=...)``; ``p`` is a sigmoid of seeded logits."""
     ex = _example(draw, entry, case, device)
     dtype = ex.dtype(("floating",))
-    shape = _shape(ex, ex.integer(0, 3))
-    logits = ex.tensor("_logits", shape, dtype, low=-4, high=4, is_input=False)
+    p_shape = shape(ex, ex.integer(0, 3))
+    logits = ex.tensor("_logits", p_shape, dtype, low=-4, high=4, is_input=False)
     ex.add("p", logits.sigmoid(), "_logits.sigmoid()")
-    ex.tensor("target", shape, dtype, low=0, high=1)
+    ex.tensor("target", p_shape, dtype, low=0, high=1)
     reduction = _reduction(ex)
     if ex.choice((False, True)):
-        ex.tensor("weight", shape, dtype, low=0.5, high=2)
-        return ex.program(f"F.binary_cross_entropy(p, target, weight=weight, reduction={reduction!r})",
-                          grads=("p",))
-    return ex.program(f"F.binary_cross_entropy(p, target, reduction={reduction!r})", grads=("p",))
+        ex.tensor("weight", p_shape, dtype, low=0.5, high=2)
+        return ex.program(binary_cross_entropy_weighted_op, grads=("p",), reduction=reduction)
+    return ex.program(binary_cross_entropy_op, grads=("p",), reduction=reduction)
+
+
+def binary_cross_entropy_with_logits_pos_weight_op(x, target, pos_weight, *, reduction):
+    return F.binary_cross_entropy_with_logits(x, target, pos_weight=pos_weight, reduction=reduction)
+
+
+def binary_cross_entropy_with_logits_op(x, target, *, reduction):
+    return F.binary_cross_entropy_with_logits(x, target, reduction=reduction)
 
 
 @recipe("torch.nn.functional.binary_cross_entropy_with_logits")
@@ -522,17 +669,20 @@ def binary_cross_entropy_with_logits(draw, entry, case, device):
     """``F.binary_cross_entropy_with_logits(x, target, pos_weight=..., reduction=...)``."""
     ex = _example(draw, entry, case, device)
     dtype = ex.dtype(("floating",))
-    shape = _shape(ex, ex.integer(1, 3))
-    ex.tensor("x", shape, dtype, low=-4, high=4, contiguous=None)
-    ex.tensor("target", shape, dtype, low=0, high=1)
+    x_shape = shape(ex, ex.integer(1, 3))
+    ex.tensor("x", x_shape, dtype, low=-4, high=4, contiguous=None)
+    ex.tensor("target", x_shape, dtype, low=0, high=1)
     reduction = _reduction(ex)
     if ex.choice((False, True)):
         # One positive weight per class (the last dimension), broadcast over the rest.
         # torch raises when pos_weight requires grad ("not differentiable with respect to argument").
-        ex.tensor("pos_weight", shape[-1:], dtype, low=0.5, high=3)
-        return ex.program(f"F.binary_cross_entropy_with_logits(x, target, pos_weight=pos_weight, "
-                          f"reduction={reduction!r})", grads=("x",))
-    return ex.program(f"F.binary_cross_entropy_with_logits(x, target, reduction={reduction!r})", grads=("x",))
+        ex.tensor("pos_weight", x_shape[-1:], dtype, low=0.5, high=3)
+        return ex.program(binary_cross_entropy_with_logits_pos_weight_op, grads=("x",), reduction=reduction)
+    return ex.program(binary_cross_entropy_with_logits_op, grads=("x",), reduction=reduction)
+
+
+def kl_div_op(log_p, target, *, reduction, log_target):
+    return F.kl_div(log_p, target, reduction=reduction, log_target=log_target)
 
 
 @recipe("torch.nn.functional.kl_div")
@@ -540,18 +690,21 @@ def kl_div(draw, entry, case, device):
     """``F.kl_div(log_p, target, reduction=..., log_target=...)`` on softmax distributions."""
     ex = _example(draw, entry, case, device)
     dtype = ex.dtype(("floating",))
-    shape = _shape(ex, ex.integer(1, 3))
-    logits = ex.tensor("_logits", shape, dtype, low=-3, high=3, is_input=False)
+    x_shape = shape(ex, ex.integer(1, 3))
+    logits = ex.tensor("_logits", x_shape, dtype, low=-3, high=3, is_input=False)
     ex.add("log_p", logits.log_softmax(-1), "_logits.log_softmax(-1)")
     log_target = ex.kwarg("log_target", (False, True))
-    t_logits = ex.tensor("_t_logits", shape, dtype, low=-3, high=3, is_input=False)
+    t_logits = ex.tensor("_t_logits", x_shape, dtype, low=-3, high=3, is_input=False)
     if log_target:
         ex.add("target", t_logits.log_softmax(-1), "_t_logits.log_softmax(-1)")
     else:
         ex.add("target", t_logits.softmax(-1), "_t_logits.softmax(-1)")
     reduction = _reduction(ex, ("batchmean", "sum", "mean", "none"))
-    return ex.program(f"F.kl_div(log_p, target, reduction={reduction!r}, log_target={log_target!r})",
-                      grads=("log_p", "target"))
+    return ex.program(kl_div_op, grads=("log_p", "target"), reduction=reduction, log_target=log_target)
+
+
+def multilabel_margin_loss_op(x, target, *, reduction):
+    return F.multilabel_margin_loss(x, target, reduction=reduction)
 
 
 @recipe("torch.nn.functional.multilabel_margin_loss")
@@ -563,25 +716,26 @@ def multilabel_margin_loss(draw, entry, case, device):
     """
     ex = _example(draw, entry, case, device)
     # torch's CPU kernel has neither float16 nor bfloat16 ("not implemented for 'Half'").
-    dtype = ex.dtype(("floating",), exclude_on_cpu=_NO_HALF)
+    dtype = ex.dtype(("floating",), exclude_on_cpu=NO_HALF)
     batched = ex.choice((True, False))
     c = ex.side(1, _small(ex, 6, 64))
     n = ex.batch() if batched else 1
-    shape = (n, c) if batched else (c,)
-    ex.tensor("x", shape, dtype, low=-2, high=2, contiguous=None)
-    labels = ex.tensor("_labels", shape, torch.int64, low=0, high=c - 1, is_input=False)
-    cut = ex.tensor("_cut", shape[:-1] + (1,), torch.int64, low=0, high=c, is_input=False)
+    x_shape = (n, c) if batched else (c,)
+    ex.tensor("x", x_shape, dtype, low=-2, high=2, contiguous=None)
+    labels = ex.tensor("_labels", x_shape, torch.int64, low=0, high=c - 1, is_input=False)
+    cut = ex.tensor("_cut", x_shape[:-1] + (1,), torch.int64, low=0, high=c, is_input=False)
     positions = torch.arange(c, device=ex.device)
     ex.add("target", torch.where(positions < cut, labels, -1),
            f"torch.where(torch.arange({c}, device={str(ex.device)!r}) < _cut, _labels, -1)")
     reduction = _reduction(ex)
-    return ex.program(f"F.multilabel_margin_loss(x, target, reduction={reduction!r})", grads=("x",))
+    return ex.program(multilabel_margin_loss_op, grads=("x",), reduction=reduction)
 
 
-def _nll_parts(ex: _Example, rank: int) -> str:
-    """Log-probabilities ``x`` of ``rank`` dims (class dim 1, or 0 when unbatched) and ``target``.
+def _nll_parts(ex: Example, rank: int) -> dict[str, Any]:
+    """Log-probabilities ``x`` of ``rank`` dims (class dim 1, or 0 when unbatched), ``target``, maybe ``weight``.
 
-    Returns the keyword-argument text (weight, ignore_index, reduction).
+    Returns the constants ``ignore_index`` and ``reduction``; whether the
+    example has a ``weight`` input picks the op function.
     """
     dtype = ex.dtype(("floating",))
     c = ex.channels(4, 16)
@@ -593,15 +747,20 @@ def _nll_parts(ex: _Example, rank: int) -> str:
     # Contiguous: torch's CPU nll_loss2d backward rejects a non-contiguous input.
     ex.tensor("x", lead + (c,) + rest, dtype, low=-4, high=0)
     ex.tensor("target", lead + rest, torch.int64, low=0, high=c - 1)
-    kwargs = []
     if ex.choice((False, True)):
         ex.tensor("weight", (c,), dtype, low=0.5, high=2)
-        kwargs.append("weight=weight")
     # Ignoring class 0 drops some targets from the reduction (and from 'mean's divisor).
     ignore_index = ex.kwarg("ignore_index", (-100, 0))
     reduction = _reduction(ex)
-    kwargs += [f"ignore_index={ignore_index}", f"reduction={reduction!r}"]
-    return ", ".join(kwargs)
+    return {"ignore_index": ignore_index, "reduction": reduction}
+
+
+def nll_loss_weighted_op(x, target, weight, *, ignore_index, reduction):
+    return F.nll_loss(x, target, weight=weight, ignore_index=ignore_index, reduction=reduction)
+
+
+def nll_loss_op(x, target, *, ignore_index, reduction):
+    return F.nll_loss(x, target, ignore_index=ignore_index, reduction=reduction)
 
 
 @recipe("torch.nn.functional.nll_loss")
@@ -610,8 +769,23 @@ def functional_nll_loss(draw, entry, case, device):
     ex = _example(draw, entry, case, device)
     rank = ex.choice((2, 1, 3, 4))
     ex.kwargs["input_rank"] = rank
-    kwargs = _nll_parts(ex, rank)
-    return ex.program(f"F.nll_loss(x, target, {kwargs})", grads=("x",))
+    constants = _nll_parts(ex, rank)
+    op = nll_loss_weighted_op if "weight" in ex.inputs else nll_loss_op
+    return ex.program(op, grads=("x",), **constants)
+
+
+def nll_loss2d_weighted_op(x, target, weight, *, ignore_index, reduction):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # NLLLoss2d is deprecated, still the listed API
+        loss = torch.nn.NLLLoss2d(weight=weight, ignore_index=ignore_index, reduction=reduction)
+    return loss(x, target)
+
+
+def nll_loss2d_op(x, target, *, ignore_index, reduction):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # NLLLoss2d is deprecated, still the listed API
+        loss = torch.nn.NLLLoss2d(ignore_index=ignore_index, reduction=reduction)
+    return loss(x, target)
 
 
 @recipe("torch.nn.NLLLoss2d")
@@ -625,23 +799,21 @@ def nll_loss2d(draw, entry, case, device):
     if not hasattr(torch.nn, "NLLLoss2d"):
         raise RecipeSkipped(f"torch.nn.NLLLoss2d is not in torch {torch.__version__}")
     ex = _example(draw, entry, case, device)
-    kwargs = _nll_parts(ex, 4)
-    body = ["with warnings.catch_warnings():",
-            "    warnings.simplefilter('ignore')  # NLLLoss2d is deprecated, still the listed API",
-            f"    loss = torch.nn.NLLLoss2d({kwargs})"]
-    return ex.program("loss(x, target)", body=body, grads=("x",))
+    constants = _nll_parts(ex, 4)
+    op = nll_loss2d_weighted_op if "weight" in ex.inputs else nll_loss2d_op
+    return ex.program(op, grads=("x",), **constants)
 
 
 @recipe("torch.nn.functional.ctc_loss")
 def functional_ctc_loss(draw, entry, case, device):
     """``F.ctc_loss``: the ``nn.CTCLoss`` recipe, with backward."""
-    return _shared.ctc_loss(draw, _for_training(entry), case, device)
+    return torch_docs_recipes.ctc_loss(draw, _for_training(entry), case, device)
 
 
 @recipe("torch.nn.functional.embedding")
 def functional_embedding(draw, entry, case, device):
     """``F.embedding``: the ``nn.Embedding`` recipe (duplicate ids collide in the weight gradient), with backward."""
-    return _shared.embedding(draw, _for_training(entry), case, device)
+    return torch_docs_recipes.embedding(draw, _for_training(entry), case, device)
 
 
 # ---------------------------------------------------------------------------
@@ -655,6 +827,12 @@ def _conv_out_side(side: int, k: int, stride: int, padding: int, dilation: int, 
     return (side + 2 * padding - dilation * (k - 1) - 1) // stride + 1
 
 
+def convolution_backward_op(grad_output, input, weight, *, bias_sizes, stride, padding, dilation, transposed,
+                            output_padding, groups, output_mask):
+    return torch.ops.aten.convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
+                                               transposed, output_padding, groups, output_mask)
+
+
 @recipe("torch.ops.aten.convolution_backward")
 def convolution_backward(draw, entry, case, device):
     """``torch.ops.aten.convolution_backward(grad_output, input, weight, bias_sizes, stride, padding,
@@ -664,7 +842,7 @@ def convolution_backward(draw, entry, case, device):
     runs forward only. ``grad_weight`` and ``grad_bias`` sum over the batch
     and every output position.
     """
-    ex = _Example(draw, entry, case, device)  # a gradient itself: no second-order backward
+    ex = Example(draw, entry, case, device)  # a gradient itself: no second-order backward
     dtype = ex.dtype(("floating",))
     n_sp = ex.choice((2, 1, 3))
     transposed = ex.kwarg("transposed", (False, True))
@@ -691,10 +869,9 @@ def convolution_backward(draw, entry, case, device):
     bias_sizes = [c_out] if with_bias else None
     ex.kwargs.update(kernel_size=k, stride=stride, padding=padding, dilation=dilation, groups=groups,
                      output_padding=output_padding)
-    call = (f"torch.ops.aten.convolution_backward(grad_output, input, weight, {bias_sizes!r}, "
-            f"{[stride] * n_sp!r}, {[padding] * n_sp!r}, {[dilation] * n_sp!r}, {transposed!r}, "
-            f"{[output_padding] * n_sp!r}, {groups}, [True, True, {with_bias!r}])")
-    return ex.program(call)
+    return ex.program(convolution_backward_op, bias_sizes=bias_sizes, stride=[stride] * n_sp,
+                      padding=[padding] * n_sp, dilation=[dilation] * n_sp, transposed=transposed,
+                      output_padding=[output_padding] * n_sp, groups=groups, output_mask=[True, True, with_bias])
 
 
 # ---------------------------------------------------------------------------
@@ -704,7 +881,7 @@ def convolution_backward(draw, entry, case, device):
 def _require_torch_npu(entry: Entry, device: torch.device) -> None:
     """Raise ``RecipeSkipped`` unless ``torch_npu`` imports and ``device`` is an NPU."""
     try:
-        import torch_npu  # noqa: F401
+        importlib.import_module("torch_npu")
     except ImportError:
         raise RecipeSkipped("needs torch_npu (not installed)") from None
     except Exception as exc:  # noqa: BLE001 - a broken CANN install raises all sorts
@@ -713,11 +890,13 @@ def _require_torch_npu(entry: Entry, device: torch.device) -> None:
         raise RecipeSkipped(f"{entry.op} runs on npu devices only, not {torch.device(device).type}")
 
 
-_IMPORT_NPU = "import torch_npu"
-
-
-def _npu_dtype(ex: _Example) -> torch.dtype:
+def _npu_dtype(ex: Example) -> torch.dtype:
     return ex.choice((torch.float32, torch.float16))
+
+
+def npu_linear_op(x, weight, bias):
+    import torch_npu
+    return torch_npu.npu_linear(x, weight, bias)
 
 
 @recipe("torch_npu.npu_linear")
@@ -731,10 +910,10 @@ def npu_linear(draw, entry, case, device):
     ex.tensor("x", (n, k), dtype, low=-1, high=1)
     ex.tensor("weight", (m, k), dtype, low=-1, high=1)
     ex.tensor("bias", (m,), dtype, low=-1, high=1)
-    return ex.program("torch_npu.npu_linear(x, weight, bias)", body=[_IMPORT_NPU], grads=("x", "weight", "bias"))
+    return ex.program(npu_linear_op, grads=("x", "weight", "bias"))
 
 
-def _npu_conv_parts(ex: _Example, transposed: bool) -> tuple[int, int, int, int]:
+def _npu_conv_parts(ex: Example, transposed: bool) -> tuple[int, int, int, int]:
     """2-D NCHW input, weight and bias; returns (stride, padding, dilation, groups)."""
     dtype = _npu_dtype(ex)
     groups = ex.choice((1, 2))
@@ -752,14 +931,24 @@ def _npu_conv_parts(ex: _Example, transposed: bool) -> tuple[int, int, int, int]
     return stride, padding, dilation, groups
 
 
+def npu_convolution_op(x, weight, bias, *, stride, padding, dilation, groups):
+    import torch_npu
+    return torch_npu.npu_convolution(x, weight, bias, stride, padding, dilation, groups)
+
+
 @recipe("torch_npu.npu_convolution")
 def npu_convolution(draw, entry, case, device):
     """``torch_npu.npu_convolution(x, weight, bias, stride, padding, dilation, groups)`` (2-D)."""
     _require_torch_npu(entry, device)
     ex = _example(draw, entry, case, device)
     stride, padding, dilation, groups = _npu_conv_parts(ex, transposed=False)
-    return ex.program(f"torch_npu.npu_convolution(x, weight, bias, {[stride] * 2!r}, {[padding] * 2!r}, "
-                      f"{[dilation] * 2!r}, {groups})", body=[_IMPORT_NPU], grads=("x", "weight", "bias"))
+    return ex.program(npu_convolution_op, grads=("x", "weight", "bias"), stride=[stride] * 2,
+                      padding=[padding] * 2, dilation=[dilation] * 2, groups=groups)
+
+
+def npu_convolution_transpose_op(x, weight, bias, *, padding, stride, dilation, groups):
+    import torch_npu
+    return torch_npu.npu_convolution_transpose(x, weight, bias, padding, [0, 0], stride, dilation, groups)
 
 
 @recipe("torch_npu.npu_convolution_transpose")
@@ -768,9 +957,15 @@ def npu_convolution_transpose(draw, entry, case, device):
     _require_torch_npu(entry, device)
     ex = _example(draw, entry, case, device)
     stride, padding, dilation, groups = _npu_conv_parts(ex, transposed=True)
-    return ex.program(f"torch_npu.npu_convolution_transpose(x, weight, bias, {[padding] * 2!r}, [0, 0], "
-                      f"{[stride] * 2!r}, {[dilation] * 2!r}, {groups})", body=[_IMPORT_NPU],
-                      grads=("x", "weight", "bias"))
+    return ex.program(npu_convolution_transpose_op, grads=("x", "weight", "bias"), padding=[padding] * 2,
+                      stride=[stride] * 2, dilation=[dilation] * 2, groups=groups)
+
+
+def npu_deformable_conv2d_op(x, weight, offset, bias, *, kernel_size, padding):
+    import torch_npu
+    return torch_npu.npu_deformable_conv2d(x, weight, offset, bias, kernel_size=kernel_size, stride=[1, 1, 1, 1],
+                                           padding=padding, dilation=[1, 1, 1, 1], groups=1, deformable_groups=1,
+                                           modulated=True)
 
 
 @recipe("torch_npu.npu_deformable_conv2d")
@@ -794,10 +989,13 @@ def npu_deformable_conv2d(draw, entry, case, device):
     ex.tensor("offset", (n, 3 * k * k, h, w), dtype, low=-1, high=1)
     ex.tensor("bias", (c_out,), dtype, low=-1, high=1)
     ex.kwargs.update(kernel_size=(k, k), padding=pad)
-    return ex.program(f"torch_npu.npu_deformable_conv2d(x, weight, offset, bias, kernel_size=[{k}, {k}], "
-                      f"stride=[1, 1, 1, 1], padding=[{pad}, {pad}, {pad}, {pad}], dilation=[1, 1, 1, 1], "
-                      "groups=1, deformable_groups=1, modulated=True)",
-                      body=[_IMPORT_NPU], grads=("x", "weight", "offset", "bias"))
+    return ex.program(npu_deformable_conv2d_op, grads=("x", "weight", "offset", "bias"), kernel_size=[k, k],
+                      padding=[pad] * 4)
+
+
+def npu_ps_roi_pooling_op(x, rois, *, group_size, output_dim):
+    import torch_npu
+    return torch_npu.npu_ps_roi_pooling(x, rois, 1.0, group_size, output_dim)
 
 
 @recipe("torch_npu.npu_ps_roi_pooling")
@@ -822,8 +1020,12 @@ def npu_ps_roi_pooling(draw, entry, case, device):
     roi_tensor = torch.cat([batch_idx.float(), corner, corner + size], dim=1).to(dtype)
     ex.add("rois", roi_tensor, f"torch.cat([_batch_idx.float(), _corner, _corner + _size], dim=1).to({dtype})")
     ex.kwargs.update(group_size=group_size, output_dim=output_dim, num_rois=rois)
-    return ex.program(f"torch_npu.npu_ps_roi_pooling(x, rois, 1.0, {group_size}, {output_dim})",
-                      body=[_IMPORT_NPU], grads=("x",))
+    return ex.program(npu_ps_roi_pooling_op, grads=("x",), group_size=group_size, output_dim=output_dim)
+
+
+def npu_group_norm_swish_op(x, weight, bias, *, num_groups, swish_scale):
+    import torch_npu
+    return torch_npu.npu_group_norm_swish(x, num_groups, weight, bias, eps=1e-05, swish_scale=swish_scale)
 
 
 @recipe("torch_npu.npu_group_norm_swish")
@@ -841,5 +1043,5 @@ def npu_group_norm_swish(draw, entry, case, device):
     ex.tensor("bias", (c,), dtype, low=-1, high=1)
     swish_scale = ex.kwarg("swish_scale", (1.0, 0.5))
     ex.kwargs["num_groups"] = num_groups
-    return ex.program(f"torch_npu.npu_group_norm_swish(x, {num_groups}, weight, bias, eps=1e-05, "
-                      f"swish_scale={swish_scale!r})", body=[_IMPORT_NPU], grads=("x", "weight", "bias"))
+    return ex.program(npu_group_norm_swish_op, grads=("x", "weight", "bias"), num_groups=num_groups,
+                      swish_scale=swish_scale)

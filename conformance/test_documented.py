@@ -12,7 +12,7 @@ import pytest
 from conformance.findings import known_finding
 from conformance.harness import failure_message, judge, skipped_row
 from conformance.isolated import judge_in_subprocess
-from engine.verdict import PASSING
+from detconf.vocabulary import is_passing
 
 
 def test_documented(conformance_case, detconf_settings, record_row, request):
@@ -25,8 +25,7 @@ def test_documented(conformance_case, detconf_settings, record_row, request):
     # the plugin sets for everything else; CUDA reads it once per process.
     needs_bare_cublas = case.device == "cuda" and "no-cublas-workspace-config" in case.entry.qualifiers
     if backend.isolate_modes or detconf_settings["isolate"] or needs_bare_cublas:
-        row = judge_in_subprocess(case, sources=detconf_settings["sources"], doc_version=detconf_settings["doc_version"],
-                                  profile=detconf_settings["profile"], runs=detconf_settings["runs"],
+        row = judge_in_subprocess(case, profile=detconf_settings["profile"], runs=detconf_settings["runs"],
                                   unset_env=("CUBLAS_WORKSPACE_CONFIG",) if needs_bare_cublas else ())
     else:
         row = judge(case, backend, runs=detconf_settings["runs"])
@@ -42,4 +41,4 @@ def test_documented(conformance_case, detconf_settings, record_row, request):
         warnings.warn(pytest.PytestWarning(
             f"known finding for {row['entry_id']} expected {finding.verdict!r}, observed {row['verdict']!r}: "
             "update conformance/data/known-findings.json"))
-    assert row["verdict"] in PASSING, failure_message(row, request.node.nodeid)
+    assert is_passing(row["verdict"]), failure_message(row, request.node.nodeid)

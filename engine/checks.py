@@ -8,6 +8,8 @@ A check is ``fn(draw, entry, device, mode) -> CheckObservation`` registered
 with ``@check("entry-id", source="flag-api")``. It must leave every global
 setting as it found it. It raises :class:`CheckSkipped` when the behaviour
 cannot be observed here (no CUDA, no ``torch.compile``), with the reason.
+The registry is filled by the modules that define checks (``conformance.registry``
+imports them); the engine never looks for them.
 """
 from __future__ import annotations
 
@@ -55,7 +57,6 @@ def check(entry_id: str, *, source: str, max_examples: int | None = None) -> Cal
 
 
 def check_for(source: str, entry_id: str) -> Check:
-    _load_builtin_checks()
     try:
         return _CHECKS[(source, entry_id)]
     except KeyError:
@@ -67,14 +68,8 @@ def example_cap(source: str, entry_id: str) -> int | None:
 
 
 def registered_checks(source: str) -> list[str]:
-    _load_builtin_checks()
     return sorted(entry_id for src, entry_id in _CHECKS if src == source)
 
 
 def has_check(source: str, entry_id: str) -> bool:
-    _load_builtin_checks()
     return (source, entry_id) in _CHECKS
-
-
-def _load_builtin_checks() -> None:
-    import conformance.checks  # noqa: F401  (its modules register checks on import)

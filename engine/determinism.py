@@ -1,68 +1,168 @@
-"""Set and restore every global determinism setting, even when the body raises.
+"""The one guard for global state: set a mode, and put every setting the suite touches back.
 
 ``deterministic_mode("error")`` is ``use_deterministic_algorithms(True)``,
-``"warn_only"`` adds ``warn_only=True``, ``"off"`` turns it off. The guard
-snapshots the mode, warn_only, the debug mode, ``fill_uninitialized_memory``
-and the cuDNN flags on entry and puts all of them back on exit.
+``"warn_only"`` adds ``warn_only=True``, ``"off"`` turns it off. Underneath,
+:func:`preserved_global_state` snapshots and restores, even when the body raises:
+
+- the mode and warn_only (the debug mode is the same setting and comes back with them);
+- ``torch.utils.deterministic.fill_uninitialized_memory``;
+- the cuDNN flags ``deterministic`` and ``benchmark``;
+- Inductor's ``deterministic`` setting;
+- the environment variables the suite or torch may set (:data:`GUARDED_ENV_VARS`);
+- with ``rng=True``, the torch (CPU and CUDA), ``random`` and NumPy generator states.
+
+The runner and the checks use this same guard. It reads and writes the flags
+through ``torch._C`` where it can, so that a check whose public API is broken
+(or deliberately faulted in a test) cannot corrupt the restore.
 """
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
-from typing import Iterator
+import os
+import random
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterator
 
 import torch
 
-MODES = ("error", "warn_only", "off")
+from detconf.vocabulary import DETERMINISTIC_MODES, MODES
+
+__all__ = ["GUARDED_ENV_VARS", "GlobalState", "apply_mode", "capture_state", "current_state", "deterministic_mode",
+           "mode_is_on", "preserved_global_state", "restore_state"]
+
+# Environment variables the suite (CUBLAS_WORKSPACE_CONFIG, per the reproducibility
+# notes) or torch itself (see torch/_inductor/fx_passes/numeric_utils.py) may set.
+GUARDED_ENV_VARS = ("CUBLAS_WORKSPACE_CONFIG", "TORCHINDUCTOR_DETERMINISTIC")
+
+_MISSING = object()
 
 
-@dataclass(frozen=True)
-class DeterminismState:
-    enabled: bool
+def _inductor_config():
+    """``torch._inductor.config`` if this torch has it (``use_deterministic_algorithms``
+    imports it anyway), else None."""
+    try:
+        import torch._inductor.config as inductor_config
+    except Exception:  # noqa: BLE001 - torch builds without Inductor
+        return None
+    return inductor_config
+
+
+def _get_fill() -> bool | None:
+    getter = getattr(torch._C, "_get_deterministic_fill_uninitialized_memory", None)
+    return None if getter is None else bool(getter())
+
+
+def _set_fill(value: bool) -> None:
+    torch._C._set_deterministic_fill_uninitialized_memory(value)
+
+
+def _get_debug_mode() -> int:
+    getter = getattr(torch._C, "_get_deterministic_debug_mode", None)
+    return int(getter() if getter is not None else torch.get_deterministic_debug_mode())
+
+
+@dataclass
+class GlobalState:
+    """A snapshot of every global setting the suite touches."""
+
+    deterministic: bool
     warn_only: bool
     debug_mode: int
     fill_uninitialized_memory: bool | None
     cudnn_deterministic: bool
     cudnn_benchmark: bool
+    inductor_deterministic: Any
+    env: dict[str, str | None]
+    rng: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
+    def summary(self) -> dict[str, Any]:
+        """JSON-safe view of the flags (RNG states left out)."""
+        inductor = self.inductor_deterministic
+        return {
+            "deterministic": self.deterministic,
+            "warn_only": self.warn_only,
+            "debug_mode": self.debug_mode,
+            "fill_uninitialized_memory": self.fill_uninitialized_memory,
+            "cudnn_deterministic": self.cudnn_deterministic,
+            "cudnn_benchmark": self.cudnn_benchmark,
+            "inductor_deterministic": None if inductor is _MISSING else repr(inductor),
+            "env": dict(self.env),
+        }
+
+    as_dict = summary
 
 
-def _fill_flag_module():
-    deterministic = getattr(getattr(torch, "utils", None), "deterministic", None)
-    if deterministic is not None and hasattr(deterministic, "fill_uninitialized_memory"):
-        return deterministic
-    return None
-
-
-def current_state() -> DeterminismState:
-    fill = _fill_flag_module()
-    warn_only = getattr(torch, "is_deterministic_algorithms_warn_only_enabled", lambda: False)()
-    return DeterminismState(
-        enabled=torch.are_deterministic_algorithms_enabled(),
-        warn_only=bool(warn_only),
-        debug_mode=int(torch.get_deterministic_debug_mode()),
-        fill_uninitialized_memory=None if fill is None else bool(fill.fill_uninitialized_memory),
+def capture_state(*, rng: bool = False) -> GlobalState:
+    inductor = _inductor_config()
+    state = GlobalState(
+        deterministic=bool(torch._C._get_deterministic_algorithms()),
+        warn_only=bool(torch._C._get_deterministic_algorithms_warn_only()),
+        debug_mode=_get_debug_mode(),
+        fill_uninitialized_memory=_get_fill(),
         cudnn_deterministic=bool(torch.backends.cudnn.deterministic),
         cudnn_benchmark=bool(torch.backends.cudnn.benchmark),
+        inductor_deterministic=_MISSING if inductor is None else getattr(inductor, "deterministic", _MISSING),
+        env={name: os.environ.get(name) for name in GUARDED_ENV_VARS},
     )
+    if rng:
+        state.rng["torch"] = torch.default_generator.get_state()
+        state.rng["random"] = random.getstate()
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            state.rng["numpy"] = numpy.random.get_state()
+        if torch.cuda.is_available():
+            # Initialise CUDA now: a seed queued lazily for an uninitialised CUDA
+            # would otherwise land in its generators after we restored ours.
+            torch.cuda.init()
+            state.rng["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
-def restore_state(state: DeterminismState) -> None:
-    torch.use_deterministic_algorithms(state.enabled, warn_only=state.warn_only)
-    # The debug mode and (enabled, warn_only) are two views of one setting; the
-    # call above already restores it, this keeps the two in step if they ever diverge.
-    if int(torch.get_deterministic_debug_mode()) != state.debug_mode:
-        torch.set_deterministic_debug_mode(state.debug_mode)
-    fill = _fill_flag_module()
-    if fill is not None and state.fill_uninitialized_memory is not None:
-        fill.fill_uninitialized_memory = state.fill_uninitialized_memory
+current_state = capture_state
+
+
+def restore_state(state: GlobalState) -> None:
+    torch._C._set_deterministic_algorithms(state.deterministic, warn_only=state.warn_only)
+    if state.fill_uninitialized_memory is not None:
+        _set_fill(state.fill_uninitialized_memory)
     torch.backends.cudnn.deterministic = state.cudnn_deterministic
     torch.backends.cudnn.benchmark = state.cudnn_benchmark
+    inductor = _inductor_config()
+    if inductor is not None:
+        if state.inductor_deterministic is _MISSING:
+            if hasattr(inductor, "deterministic"):
+                inductor.deterministic = os.getenv("TORCHINDUCTOR_DETERMINISTIC") == "1"
+        else:
+            inductor.deterministic = state.inductor_deterministic
+    for name, value in state.env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if "torch" in state.rng:
+        torch.default_generator.set_state(state.rng["torch"])
+    if "random" in state.rng:
+        random.setstate(state.rng["random"])
+    if "numpy" in state.rng:
+        sys.modules["numpy"].random.set_state(state.rng["numpy"])
+    if "cuda" in state.rng:
+        torch.cuda.set_rng_state_all(state.rng["cuda"])
+
+
+@contextlib.contextmanager
+def preserved_global_state(*, rng: bool = False) -> Iterator[GlobalState]:
+    """Snapshot every guarded setting (and, with ``rng=True``, the generator states);
+    restore them on exit, exception or not."""
+    saved = capture_state(rng=rng)
+    try:
+        yield saved
+    finally:
+        restore_state(saved)
 
 
 def apply_mode(mode: str) -> None:
+    """Put the deterministic flag where ``mode`` says, through the public API."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if mode == "off":
@@ -71,19 +171,21 @@ def apply_mode(mode: str) -> None:
         torch.use_deterministic_algorithms(True, warn_only=(mode == "warn_only"))
 
 
+def mode_is_on(mode: str) -> bool:
+    return mode in DETERMINISTIC_MODES
+
+
 @contextlib.contextmanager
-def deterministic_mode(mode: str, *, cudnn_benchmark: bool | None = False) -> Iterator[DeterminismState]:
-    """Run the body under ``mode``; restore every setting afterwards.
+def deterministic_mode(mode: str, *, cudnn_benchmark: bool | None = False,
+                       rng: bool = False) -> Iterator[GlobalState]:
+    """Run the body under ``mode`` inside :func:`preserved_global_state`.
 
     ``cudnn_benchmark=False`` (the default) follows the reproducibility notes:
     benchmark mode picks algorithms by timing, which defeats determinism.
     Pass ``None`` to leave it untouched.
     """
-    saved = current_state()
-    try:
+    with preserved_global_state(rng=rng) as saved:
         apply_mode(mode)
         if cudnn_benchmark is not None:
             torch.backends.cudnn.benchmark = cudnn_benchmark
         yield saved
-    finally:
-        restore_state(saved)

@@ -26,8 +26,10 @@ No release from 1.8 to 2.15 maps two bullets to one id (tests check all of them)
 a release that does is rejected by ``check_unique`` until the vocabulary gains the
 qualifier that tells the two bullets apart.
 
-Snapshots of the docstring of every release since 1.8 live in
-``conformance/data/torch-docs/<version>/use_deterministic_algorithms.txt``.
+Snapshots are read from a folder the caller names, laid out as
+``<folder>/<version>/use_deterministic_algorithms.txt`` (the project's copies of
+every release since 1.8 are ``conformance/data/torch-docs``, see
+:mod:`conformance.catalog`).
 """
 from __future__ import annotations
 
@@ -39,7 +41,6 @@ from typing import Any
 
 from engine.entry import CatalogError, Entry, check_unique, make_entry_id
 
-SNAPSHOT_DIR = Path(__file__).resolve().parent.parent / "conformance" / "data" / "torch-docs"
 SNAPSHOT_FILE = "use_deterministic_algorithms.txt"
 
 
@@ -222,20 +223,21 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version))
 
 
-def known_doc_versions() -> list[str]:
-    """Releases with a docstring snapshot, oldest first."""
-    if not SNAPSHOT_DIR.is_dir():
+def known_doc_versions(folder: Path) -> list[str]:
+    """Releases with a docstring snapshot in ``folder``, oldest first."""
+    folder = Path(folder)
+    if not folder.is_dir():
         return []
-    return sorted((p.parent.name for p in SNAPSHOT_DIR.glob(f"*/{SNAPSHOT_FILE}")), key=_version_key)
+    return sorted((p.parent.name for p in folder.glob(f"*/{SNAPSHOT_FILE}")), key=_version_key)
 
 
-def snapshot_text(version: str) -> str:
-    known = known_doc_versions()
+def snapshot_text(version: str, folder: Path) -> str:
+    known = known_doc_versions(folder)
     if version not in known:
         raise UnknownDocVersion(f"unknown doc version {version!r}; known versions: {', '.join(known)}")
-    return (SNAPSHOT_DIR / version / SNAPSHOT_FILE).read_text(encoding="utf-8")
+    return (Path(folder) / version / SNAPSHOT_FILE).read_text(encoding="utf-8")
 
 
-def snapshot_entries(version: str) -> list[Entry]:
-    """Entries promised by the docstring of release ``version`` (e.g. ``"2.13.0"``)."""
-    return parse_docstring(snapshot_text(version), doc_version=version)
+def snapshot_entries(version: str, folder: Path) -> list[Entry]:
+    """Entries promised by the docstring of release ``version`` (e.g. ``"2.13.0"``) in ``folder``."""
+    return parse_docstring(snapshot_text(version, folder), doc_version=version)

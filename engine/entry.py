@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable
 
+from detconf.vocabulary import PROMISES as _PROMISE_MEANINGS
+
 # "behaves": a documented behaviour of the flag API or the reproducibility notes holds.
-PROMISES = ("deterministic", "raises", "behaves")
+PROMISES = tuple(_PROMISE_MEANINGS)
 
 # Condition tags that the docs express in words. Keep them short: they end up
 # in test ids and matrix rows.

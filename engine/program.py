@@ -7,10 +7,11 @@ may mutate them (``put_``) freely.
 
 Recipes are looked up by the entry's qualified ``op`` name, whichever source
 (torch docs, a vendor list) names it: one recipe for ``torch.Tensor.put_``.
+The registry is filled by whoever defines recipes (``conformance.registry``
+imports the project's recipe modules); the engine never looks for them.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -82,7 +83,6 @@ def recipe_prefix(prefix: str) -> Callable[[Recipe], Recipe]:
 
 
 def recipe_for(op: str) -> Recipe:
-    _load_builtin_recipes()
     if op in _RECIPES:
         return _RECIPES[op]
     for prefix, fn in _PREFIX_RECIPES.items():
@@ -100,18 +100,4 @@ def has_recipe(op: str) -> bool:
 
 
 def registered_ops() -> list[str]:
-    _load_builtin_recipes()
     return sorted(_RECIPES)
-
-
-@functools.cache
-def _load_builtin_recipes() -> None:
-    # Importing the modules runs their @recipe decorators: conformance/recipes*.py.
-    import importlib
-    import pkgutil
-
-    import conformance
-
-    for info in pkgutil.iter_modules(conformance.__path__):
-        if info.name.startswith("recipes"):
-            importlib.import_module(f"conformance.{info.name}")

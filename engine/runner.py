@@ -2,7 +2,9 @@
 
 The runner knows nothing about pytest or the catalog: it takes a
 :class:`~engine.program.Program`, a mode and a run count, and returns an
-:class:`Observation` — what happened, with the evidence.
+:class:`~engine.observation.Observation` — what happened, with the evidence, as
+plain data. The tensors stay here: :func:`run_program` also hands back run 0's
+values (CPU copies) for the differential comparison.
 
 Comparison is on raw bytes (``uint8`` views), so two NaNs are equal only when
 their bit patterns are, and ``-0.0`` differs from ``0.0``: bitwise identity is
@@ -19,7 +21,11 @@ from typing import Any, Callable, Iterable
 import torch
 
 from engine.determinism import deterministic_mode
+from engine.observation import Observation
 from engine.program import Program
+
+__all__ = ["DETERMINISM_ALERT", "Observation", "RunOutcome", "UNSUPPORTED", "as_bytes", "compare_runs",
+           "compare_values", "dense_cpu", "flatten_tensors", "observe", "run_program", "run_values"]
 
 # The phrases torch's alerts use, both for the error and for the warn_only
 # warning: the generic alert, and cuBLAS's when CUBLAS_WORKSPACE_CONFIG is unset.
@@ -48,51 +54,11 @@ class RunRecord:
 
 
 @dataclass
-class Observation:
-    """What ``observe`` saw for one example (one case) under one mode.
+class RunOutcome:
+    """An observation and, when every run returned, run 0's outputs and gradients (CPU copies)."""
 
-    - ``runs``: how many times the program ran.
-    - ``raised``: the determinism ``RuntimeError`` message, if any run raised it.
-    - ``raised_runs``: in how many runs it was raised.
-    - ``raise_phase``: ``"forward"`` or ``"backward"``.
-    - ``warnings``: determinism warnings seen (warn_only), deduplicated.
-    - ``warned_runs``: in how many runs at least one such warning came.
-    - ``unsupported``: message when the op / dtype is not implemented here.
-    - ``error``: any other exception, ``"Type: message"`` (a recipe or torch bug).
-    - ``identical``: True / False when every run returned; None when not comparable.
-    - ``mismatch``: which tensor differed first, and how (shape, dtype, bytes).
-    - ``max_abs_diff``: largest absolute difference among differing float tensors.
-    - ``fingerprint``: SHA-256 over run 0's bytes (outputs and gradients).
-    """
-
-    runs: int
-    raised: str | None = None
-    raised_runs: int = 0
-    raise_phase: str | None = None
-    warnings: list[str] = field(default_factory=list)
-    warned_runs: int = 0
-    unsupported: str | None = None
-    error: str | None = None
-    identical: bool | None = None
-    mismatch: str | None = None
-    max_abs_diff: float | None = None
-    fingerprint: str | None = None
-    example: str = ""
-    repro: str = ""
-    case: dict[str, Any] = field(default_factory=dict)
-    # Run 0's outputs and gradients (CPU copies) when every run returned; not serialised.
-    values: list[tuple[str, torch.Tensor]] | None = field(default=None, repr=False)
-
-    @property
-    def raised_any(self) -> bool:
-        return self.raised_runs > 0
-
-    @property
-    def warned_any(self) -> bool:
-        return self.warned_runs > 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "values" and v not in (None, [], {})}
+    observation: Observation
+    values: list[tuple[str, torch.Tensor]] | None = None
 
 
 def dense_cpu(t: torch.Tensor) -> torch.Tensor:
@@ -243,10 +209,22 @@ def observe(
     case: dict[str, Any] | None = None,
 ) -> Observation:
     """Run ``program`` ``runs`` times under ``mode`` and say what happened."""
+    return run_program(program, mode, runs=runs, synchronize=synchronize, case=case).observation
+
+
+def run_program(
+    program: Program,
+    mode: str,
+    *,
+    runs: int = 2,
+    synchronize: Callable[[], None] = lambda: None,
+    case: dict[str, Any] | None = None,
+) -> RunOutcome:
+    """:func:`observe`, keeping run 0's values for a differential comparison."""
     if runs < 2:
         raise ValueError(f"runs must be at least 2 to compare, got {runs}")
     records = []
-    with deterministic_mode(mode):
+    with deterministic_mode(mode, rng=True):
         for _ in range(runs):
             records.append(_run_once(program, synchronize))
     obs = Observation(runs=runs, example=program.describe, repro=program.repro, case=dict(case or {}))
@@ -263,16 +241,16 @@ def observe(
         obs.unsupported = obs.unsupported or r.unsupported
         obs.error = obs.error or r.other_error
     complete = [r for r in records if not (r.alert_error or r.unsupported or r.other_error)]
-    if len(complete) == len(records):
-        obs.identical = True
-        for other in records[1:]:
-            same, mismatch, diff = compare_runs(records[0], other)
-            if not same:
-                obs.identical, obs.mismatch, obs.max_abs_diff = False, mismatch, diff
-                break
-        obs.fingerprint = fingerprint(records[0])
-        obs.values = list(zip(records[0].labels, records[0].values))
-    return obs
+    if len(complete) != len(records):
+        return RunOutcome(obs)
+    obs.identical = True
+    for other in records[1:]:
+        same, mismatch, diff = compare_runs(records[0], other)
+        if not same:
+            obs.identical, obs.mismatch, obs.max_abs_diff = False, mismatch, diff
+            break
+    obs.fingerprint = fingerprint(records[0])
+    return RunOutcome(obs, list(zip(records[0].labels, records[0].values)))
 
 
 # Differential correctness ---------------------------------------------------
@@ -296,7 +274,7 @@ def run_values(program: Program, mode: str, *, device: torch.device | None = Non
     if device is not None:
         program = Program(fn=program.fn, inputs={k: v.to(device) for k, v in program.inputs.items()},
                           grad_inputs=program.grad_inputs, describe=program.describe)
-    with deterministic_mode(mode):
+    with deterministic_mode(mode, rng=True):
         record = _run_once(program, lambda: None)
     if record.alert_error or record.unsupported or record.other_error:
         return None

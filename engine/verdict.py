@@ -1,33 +1,21 @@
 """Expectation and verdict: what the docs promise for (entry, device, mode), and
 whether an observation keeps that promise.
 
-Both functions are pure: plain data in, a string out. The table they
-implement is GUIDE.md §3.
+Both functions are pure and torch-free: plain data in, a word of
+:mod:`detconf.vocabulary` out. The table they implement is GUIDE.md §3;
+:func:`verdict_for` is the only place a case's verdict is decided, for op
+runs, the sweep, the differential run, checks, skips and the harness's own errors.
 """
 from __future__ import annotations
 
 from typing import Iterable
 
+from detconf.vocabulary import EXPECTATIONS, FAILING, PASSING, STRICT_SOURCES, UNLISTED_SOURCES, VERDICTS
 from engine.entry import Entry
-from engine.runner import Observation
+from engine.observation import Observation
 
-# Ordered worst first: when examples disagree, the worst verdict stands.
-FAILING = (
-    "nondeterministic",
-    "undocumented-nondeterminism",
-    "wrong-result",
-    "missing-raise",
-    "undocumented-raise",
-    "stale-doc",
-    "missing-warning",
-    "spurious-warning",
-    "violated",
-    "harness-error",
-)
-PASSING = ("conforms", "nondeterminism-seen", "no-difference-seen", "recorded", "unsupported", "skipped")
-VERDICTS = FAILING + PASSING
-# Sources whose expectations hold on every device, named or not.
-STRICT_SOURCES = ("torch-docs",)
+__all__ = ["FAILING", "PASSING", "VERDICTS", "expected_outcome", "is_listed", "observed_word", "verdict_for",
+           "worst"]
 
 
 def expected_outcome(entry: Entry, device_type: str, mode: str, *, raise_documented_elsewhere: bool = False) -> str:
@@ -63,10 +51,36 @@ def expected_outcome(entry: Entry, device_type: str, mode: str, *, raise_documen
     return "deterministic"
 
 
-def verdict_for(expected: str, obs: Observation) -> str:
-    """The verdict for one observation (one example, one case)."""
+def is_listed(entry: Entry) -> bool:
+    """Is the entry's op in a documented list? (The sweep's ops are not: their
+    nondeterminism is ``undocumented-nondeterminism``.)"""
+    return entry.source not in UNLISTED_SOURCES
+
+
+def verdict_for(expected: str, obs: Observation, *, listed: bool = True) -> str:
+    """The verdict for one observation (one example of one case).
+
+    ``listed=False`` for ops that no documented list names (the sweep).
+    """
+    if expected not in EXPECTATIONS:
+        raise ValueError(f"unknown expectation {expected!r}")
+    if obs.skipped is not None:
+        return "skipped"
     if obs.error:
         return "harness-error"
+    if obs.check:
+        if expected == "observe" or obs.held is None:
+            return "recorded"
+        return "conforms" if obs.held else "violated"
+    verdict = _op_verdict(expected, obs)
+    if verdict == "nondeterministic" and not listed:
+        return "undocumented-nondeterminism"
+    if verdict == "conforms" and obs.wrong_result:
+        return "wrong-result"
+    return verdict
+
+
+def _op_verdict(expected: str, obs: Observation) -> str:
     if expected == "observe":
         if obs.raised_any:
             return "harness-error"  # nothing may raise with determinism off
@@ -101,7 +115,8 @@ def verdict_for(expected: str, obs: Observation) -> str:
         if obs.warned_any:
             return "spurious-warning"
         return "conforms"
-    raise ValueError(f"unknown expectation {expected!r}")
+    # "holds" reaches here only for an op observation of a check entry: the harness's bug.
+    raise ValueError(f"expectation {expected!r} needs a check observation")
 
 
 def worst(verdicts: Iterable[str]) -> str:
@@ -120,6 +135,10 @@ def worst(verdicts: Iterable[str]) -> str:
 
 def observed_word(obs: Observation) -> str:
     """One word for the matrix: what was seen, independent of what was expected."""
+    if obs.observed:
+        return obs.observed
+    if obs.skipped is not None:
+        return "skipped"
     if obs.error:
         return "error"
     if obs.raised_any:

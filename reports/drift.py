@@ -1,7 +1,10 @@
 """Doc drift: how the promises of ``torch.use_deterministic_algorithms`` changed across releases.
 
-``python -m reports drift [--out DIR]`` reads every docstring snapshot known to
-:mod:`engine.docspec` and writes ``drift.md`` and ``drift.csv``.
+``python -m reports drift [HISTORY] [--out DIR]`` reads a spec-history file and
+writes ``drift.md`` and ``drift.csv``. Like everything under ``reports/`` it reads
+files only: the history is JSON lines, one catalog entry per line with its
+``doc_version``, as ``python -m conformance spec-history`` writes it from the
+docstring snapshots (the published one is ``reports/published/drift/spec-history.jsonl``).
 
 The key that follows one promise across releases is the **entry id**
 (``MaxPool3d.backward[cuda]``, ``put_(accumulate=False)``): the short op name,
@@ -16,37 +19,66 @@ keyword cases, ``.backward`` and the condition tags, devices included.
 - A changed condition is a different promise: ``bincount[cuda]`` left in 2.1 and
   ``bincount[weights,cuda]`` entered, which is what a reader of the docs must learn.
 
-Ids are unique within a release across all lists (``engine.entry.check_unique``),
+Ids are unique within a release across all lists (the catalog rejects duplicates),
 so a key has at most one list per release. Changes are ``entered``, ``left``,
 ``moved`` (between lists) and ``reworded`` (same key and list, other sentence).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
 import pandas as pd
 
-from engine.docspec import known_doc_versions, snapshot_entries
-
 DEFAULT_OUT = Path(__file__).resolve().parent / "published" / "drift"
+DEFAULT_HISTORY = DEFAULT_OUT / "spec-history.jsonl"
+HISTORY_FIELDS = ("doc_version", "entry_id", "op", "list_name", "sentence")
 CHANGE_ORDER = ("moved", "entered", "left", "reworded")
 EVENT_COLUMNS = ["release", "previous_release", "change", "key", "op", "from_list", "to_list",
                  "sentence", "previous_sentence"]
 
 
-def presence_table(versions: Sequence[str] | None = None) -> pd.DataFrame:
-    """One row per (release, key): op, list and sentence as that release documents them."""
-    versions = list(known_doc_versions() if versions is None else versions)
-    rows = [
-        {"release": v, "key": e.id, "op": e.op, "list_name": e.list_name, "sentence": e.sentence}
-        for v in versions
-        for e in snapshot_entries(v)
-    ]
+class HistoryError(ValueError):
+    """A spec-history file that cannot be read; the message is one line naming the file."""
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+def load_history(path: Path = DEFAULT_HISTORY) -> tuple[pd.DataFrame, list[str]]:
+    """The presence table of a spec-history file: one row per (release, key) with op, list and
+    sentence as that release documents them; and the releases, oldest first."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HistoryError(f"{path}: cannot read spec history: {getattr(exc, 'strerror', None) or exc}") from None
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise HistoryError(f"{path}:{lineno}: not JSON: {getattr(exc, 'msg', exc)}") from None
+        if not isinstance(record, dict):
+            raise HistoryError(f"{path}:{lineno}: expected an entry object, got {type(record).__name__}")
+        bad = [f for f in HISTORY_FIELDS if not isinstance(record.get(f), str) or not record.get(f)]
+        if bad:
+            raise HistoryError(f"{path}:{lineno}: field {bad[0]!r} must be a non-empty string")
+        rows.append({"release": record["doc_version"], "key": record["entry_id"], "op": record["op"],
+                     "list_name": record["list_name"], "sentence": record["sentence"]})
+    if not rows:
+        raise HistoryError(f"{path}: no entries")
     table = pd.DataFrame(rows, columns=["release", "key", "op", "list_name", "sentence"])
+    versions = sorted(set(table.release), key=_version_key)
     # A multi-op bullet shares its sentence between entries, never its key.
-    return table.drop_duplicates(["release", "key"])
+    return table.drop_duplicates(["release", "key"]), versions
 
 
 def drift_events(presence: pd.DataFrame, versions: Sequence[str]) -> pd.DataFrame:
@@ -142,9 +174,8 @@ def render_markdown(events: pd.DataFrame, history: pd.DataFrame, versions: Seque
     ])
 
 
-def build(versions: Sequence[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    versions = list(known_doc_versions() if versions is None else versions)
-    presence = presence_table(versions)
+def build(history: Path = DEFAULT_HISTORY) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    presence, versions = load_history(history)
     return drift_events(presence, versions), key_history(presence, versions), versions
 
 
@@ -159,13 +190,15 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(prog="python -m reports drift", description=__doc__.split("\n\n")[0])
+    parser.add_argument("history", nargs="?", type=Path, default=DEFAULT_HISTORY,
+                        help=f"spec-history JSON lines (default: {DEFAULT_HISTORY})")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT})")
     try:
         args = parser.parse_args(argv)
-    except _UsageError as exc:
-        print(exc, file=__import__("sys").stderr)
+        events, history, versions = build(args.history)
+    except (_UsageError, HistoryError) as exc:
+        print(exc, file=sys.stderr)
         return 2
-    events, history, versions = build()
     args.out.mkdir(parents=True, exist_ok=True)
     events.to_csv(args.out / "drift.csv", index=False, lineterminator="\n")
     (args.out / "drift.md").write_text(render_markdown(events, history, versions), encoding="utf-8")

@@ -23,34 +23,16 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-SCHEMA_VERSION = 1
+from detconf.vocabulary import DISPLAY_ORDER, MODES, SCHEMA_VERSION, meaning
+from detconf.vocabulary import PASSING as _PASSING
 
 # Display order is the order of this mapping: conforms, failures from the worst, then the
 # other passing verdicts.
-VERDICTS: dict[str, str] = {
-    "conforms": "behaves as documented",
-    "nondeterministic": "outputs differed between runs where determinism is promised",
-    "undocumented-nondeterminism": "sweep: outputs differed in deterministic mode for an op the docs do not list",
-    "wrong-result": "deterministic, but the output differs from the default algorithm or a CPU reference",
-    "violated": "a flag-API or reproducibility promise did not hold",
-    "missing-raise": "documented to raise in deterministic mode, did not",
-    "undocumented-raise": "raised although the docs promise no error",
-    "stale-doc": "documented to raise, did not, and was bitwise deterministic (docs out of date)",
-    "missing-warning": "documented to warn in warn_only mode, did not",
-    "spurious-warning": "warned although no warning is documented",
-    "harness-error": "the suite itself failed (must be zero)",
-    "unsupported": "op or dtype not implemented on that device",
-    "skipped": "device absent or test skipped",
-    "nondeterminism-seen": "mode off: run-to-run differences seen (informational)",
-    "no-difference-seen": "mode off: no difference seen (informational)",
-    "recorded": "nothing promised; the observation is recorded (informational)",
-}
-PASSING = frozenset({
-    "conforms", "unsupported", "skipped", "nondeterminism-seen", "no-difference-seen", "recorded",
-})
+VERDICTS: dict[str, str] = {v: meaning(v) for v in DISPLAY_ORDER}
+PASSING = frozenset(_PASSING)
 FAILING = tuple(v for v in VERDICTS if v not in PASSING)
 
-MODES = ("error", "warn_only", "off")
+
 KNOWN_DEVICES = ("cpu", "cuda", "mps", "npu", "xpu")
 
 #: Two rows with the same key describe the same cell; the later file/line wins.

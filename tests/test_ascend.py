@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.entry import Entry, load_entries_file, make_entry_id
+import conformance.registry  # noqa: F401  (registers the recipes)
 from engine.program import RecipeSkipped, has_recipe, recipe_for
 from engine.runner import observe
 

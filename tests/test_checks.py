@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from engine import checks as check_registry
 from engine.checks import CheckObservation, CheckSkipped, check_for, has_check
 from engine.entry import CatalogError
+import conformance.registry  # noqa: F401  (registers the checks)
 from conformance.checks import CATALOG_FILES, CHECK_SOURCES, load_check_entries
-from conformance.checks._support import capture_state, preserved_global_state
+from engine.determinism import capture_state, preserved_global_state
 
 CPU = torch.device("cpu")
 MODES = ("error", "warn_only", "off")
@@ -465,27 +466,19 @@ def test_cublas_verdicts(config, mode, result, held, observed):
     assert obs.held is held and obs.observed == observed
 
 
-def test_child_scripts_compile():
-    from conformance.checks import cuda_env, seeds, uninitialized_memory
+def test_child_targets_of_the_checks_resolve():
+    from engine.child import resolve_target
 
-    for script in (cuda_env._CUBLAS_CHILD, seeds._FRESH_CHILD, uninitialized_memory._DEFAULT_CHILD):
-        compile(script, "<child>", "exec")
+    for target in ("conformance.children:default_fill", "conformance.children:seeded_ops",
+                   "conformance.children:cublas_runs", "conformance.isolated:judge_payload"):
+        assert callable(resolve_target(target))
 
 
-def test_child_failure_is_reported_with_the_childs_error():
-    from conformance.checks._support import ChildFailed, child_env, child_script, run_child
+def test_default_fill_child_reports_the_fresh_process_default():
+    from engine.child import run_in_child
 
-    failing = child_script("def _main(payload):\n    raise KeyError(payload['missing'])\n")
-    with pytest.raises(ChildFailed, match=r"child process failed: KeyError: 'missing'"):
-        run_child(failing, {}, child_env(), timeout=30, what="planted")
-    silent = "import sys; sys.exit(3)"
-    with pytest.raises(ChildFailed, match="exited with 3 and printed no result"):
-        run_child(silent, {}, child_env(), timeout=30, what="planted")
-    slow = "import time; time.sleep(30)"
-    with pytest.raises(ChildFailed, match="timed out"):
-        run_child(slow, {}, child_env(), timeout=0.5, what="planted")
-    echo = child_script("def _main(payload):\n    return payload\n")
-    assert run_child(echo, {"a": [1, "b"]}, child_env(), timeout=30, what="echo") == {"a": [1, "b"]}
+    result = run_in_child("conformance.children:default_fill", {"numel": 8}, timeout=120)
+    assert result == {"default": True, "empty_all_nan": True}
 
 
 # ---------------------------------------------------------------------------

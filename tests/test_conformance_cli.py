@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.docspec import snapshot_entries
+from conformance.catalog import snapshot_entries
 from engine.entry import Entry
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,15 +1,17 @@
 """The guard sets a mode and restores every setting, also after an exception."""
+import os
+import random
+
 import pytest
 import torch
 
-from engine.determinism import current_state, deterministic_mode
+from engine.determinism import GUARDED_ENV_VARS, current_state, deterministic_mode, preserved_global_state
 
 
 @pytest.fixture(autouse=True)
 def pristine():
-    before = current_state()
-    yield
-    torch.use_deterministic_algorithms(before.enabled, warn_only=before.warn_only)
+    with preserved_global_state(rng=True):
+        yield
 
 
 @pytest.mark.parametrize("mode,enabled,warn_only", [("error", True, False), ("warn_only", True, True), ("off", False, False)])
@@ -51,3 +53,32 @@ def test_unknown_mode_rejected_without_side_effects():
         with deterministic_mode("sometimes"):
             pass
     assert current_state() == before
+
+
+def test_inductor_setting_environment_and_rng_come_back():
+    import torch._inductor.config as inductor_config
+
+    before = current_state()
+    torch_rng, python_rng = torch.default_generator.get_state(), random.getstate()
+    with deterministic_mode("off", rng=True):
+        inductor_config.deterministic = not inductor_config.deterministic
+        for name in GUARDED_ENV_VARS:
+            os.environ[name] = "planted"
+        torch.manual_seed(1234)
+        random.seed(1234)
+        torch.rand(3)
+    assert current_state() == before
+    assert all(os.environ.get(name) == before.env[name] for name in GUARDED_ENV_VARS)
+    assert torch.equal(torch.default_generator.get_state(), torch_rng)
+    assert random.getstate() == python_rng
+
+
+def test_the_guard_sees_a_leak_it_did_not_restore():
+    import torch._inductor.config as inductor_config
+
+    before = current_state()
+    inductor_config.deterministic = not inductor_config.deterministic
+    try:
+        assert current_state() != before  # what the guard compares is what it restores
+    finally:
+        inductor_config.deterministic = not inductor_config.deterministic

@@ -11,14 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.docspec import (
-    SNAPSHOT_DIR,
-    UnknownDocVersion,
-    known_doc_versions,
-    parse_docstring,
-    snapshot_entries,
-    snapshot_text,
-)
+from conformance.catalog import TORCH_DOCS as SNAPSHOT_DIR
+from conformance.catalog import doc_versions as known_doc_versions
+from conformance.catalog import snapshot_entries, snapshot_text
+from engine.docspec import UnknownDocVersion, parse_docstring
 from engine.entry import CatalogError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -296,7 +292,7 @@ def test_project_snapshots_carry_the_licence():
 def test_docspec_imports_without_torch():
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "from engine.docspec import snapshot_entries\n"
+        "from conformance.catalog import snapshot_entries\n"
         "print(len(snapshot_entries('2.13.0')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

@@ -3,7 +3,7 @@ through the whole path (recipe -> Hypothesis -> runner -> verdict -> row)."""
 import pytest
 from hypothesis import settings
 
-from conformance.catalog import Case
+from conformance.plan import Case
 from conformance.harness import failure_message, judge
 from engine.devices import backends
 from tests.planted import planted_entry

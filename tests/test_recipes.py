@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from engine.entry import Entry
 from engine.program import Program, has_recipe, recipe_for
-from engine.docspec import SNAPSHOT_DIR
+import conformance.registry  # noqa: F401  (registers the recipes)
+from conformance.catalog import TORCH_DOCS as SNAPSHOT_DIR
 from engine.strategies import current_scale, set_scale
 
 DOCS = SNAPSHOT_DIR  # the project's copy of every release's docstring

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from conformance import recipes_sweep, sweep
 from engine import docspec
 from engine.entry import CatalogError, Entry
+import conformance.registry  # noqa: F401  (registers the recipes)
 from engine.program import Program, RecipeSkipped, recipe_for
 from engine.runner import DETERMINISM_ALERT, observe
 

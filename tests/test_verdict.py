@@ -2,7 +2,7 @@
 import pytest
 
 from engine.entry import Entry
-from engine.runner import Observation
+from engine.observation import Observation
 from engine.verdict import expected_outcome, verdict_for, worst
 
 
@@ -107,3 +107,85 @@ def test_strided_one_element_output_compares():
 
     t = torch.zeros(2)[::2]
     assert as_bytes(t).numel() == 4
+
+
+# --- the whole table: every expectation × every class of observation ------------------
+
+OBSERVATION_CLASSES = {
+    "skipped": Observation(skipped="no device"),
+    "harness-error": Observation(runs=2, error="TypeError: x"),
+    "check-held": Observation(check=True, held=True),
+    "check-broken": Observation(check=True, held=False),
+    "check-informational": Observation(check=True, held=None),
+    "raised-every-run": Observation(runs=2, raised="a", raised_runs=2),
+    "raised-some-runs": Observation(runs=2, raised="a", raised_runs=1),
+    "unsupported": Observation(runs=2, unsupported="not implemented"),
+    "identical": Observation(runs=2, identical=True),
+    "differs": Observation(runs=2, identical=False),
+    "warned-every-run": Observation(runs=2, warnings=["w"], warned_runs=2, identical=True),
+    "warned-every-run-differs": Observation(runs=2, warnings=["w"], warned_runs=2, identical=False),
+    "warned-some-runs": Observation(runs=2, warnings=["w"], warned_runs=1, identical=True),
+    "identical-but-wrong": Observation(runs=2, identical=True, wrong_result="vs default algorithm: x"),
+}
+# Columns: deterministic, raises, warns, deterministic-or-raises, deterministic-or-warns, holds, observe.
+# "!" marks an impossible pairing (an op observation for a check entry): the function refuses it.
+TABLE = """
+skipped                  skipped            skipped       skipped          skipped            skipped            skipped   skipped
+harness-error            harness-error      harness-error harness-error    harness-error      harness-error      harness-error harness-error
+check-held               conforms           conforms      conforms         conforms           conforms           conforms  recorded
+check-broken             violated           violated      violated         violated           violated           violated  recorded
+check-informational      recorded           recorded      recorded         recorded           recorded           recorded  recorded
+raised-every-run         undocumented-raise conforms      undocumented-raise conforms         undocumented-raise !         harness-error
+raised-some-runs         undocumented-raise missing-raise undocumented-raise undocumented-raise undocumented-raise !      harness-error
+unsupported              unsupported        unsupported   unsupported      unsupported        unsupported        !         unsupported
+identical                conforms           stale-doc     missing-warning  conforms           conforms           !         no-difference-seen
+differs                  nondeterministic   missing-raise missing-warning  nondeterministic   nondeterministic   !         nondeterminism-seen
+warned-every-run         spurious-warning   stale-doc     conforms         spurious-warning   conforms           !         no-difference-seen
+warned-every-run-differs nondeterministic   missing-raise conforms         nondeterministic   nondeterministic   !         nondeterminism-seen
+warned-some-runs         spurious-warning   stale-doc     missing-warning  spurious-warning   spurious-warning   !         no-difference-seen
+identical-but-wrong      wrong-result       stale-doc     missing-warning  wrong-result       wrong-result       !         no-difference-seen
+"""
+EXPECTATION_COLUMNS = ("deterministic", "raises", "warns", "deterministic-or-raises", "deterministic-or-warns",
+                       "holds", "observe")
+CELLS = [(line.split()[0], expected, cell)
+         for line in TABLE.strip().splitlines()
+         for expected, cell in zip(EXPECTATION_COLUMNS, line.split()[1:], strict=True)]
+
+
+def test_the_table_covers_every_expectation_and_observation_class():
+    from detconf.vocabulary import EXPECTATIONS
+
+    assert set(EXPECTATION_COLUMNS) == set(EXPECTATIONS)
+    assert {name for name, _, _ in CELLS} == set(OBSERVATION_CLASSES)
+    assert len(CELLS) == len(OBSERVATION_CLASSES) * len(EXPECTATIONS)
+
+
+@pytest.mark.parametrize("observation,expected,verdict", CELLS, ids=[f"{o}-{e}" for o, e, _ in CELLS])
+def test_verdict_table(observation, expected, verdict):
+    obs = OBSERVATION_CLASSES[observation]
+    if verdict == "!":
+        with pytest.raises(ValueError):
+            verdict_for(expected, obs)
+    else:
+        assert verdict_for(expected, obs) == verdict
+
+
+@pytest.mark.parametrize("observation,verdict", [("differs", "undocumented-nondeterminism"),
+                                                 ("warned-every-run-differs", "undocumented-nondeterminism"),
+                                                 ("identical", "conforms"), ("raised-every-run", "undocumented-raise")])
+def test_unlisted_ops_name_their_nondeterminism_undocumented(observation, verdict):
+    assert verdict_for("deterministic", OBSERVATION_CLASSES[observation], listed=False) == verdict
+
+
+def test_unknown_expectation_is_refused():
+    with pytest.raises(ValueError, match="unknown expectation"):
+        verdict_for("maybe", OBSERVATION_CLASSES["identical"])
+
+
+def test_observation_evidence_is_plain_json_without_harness_flags():
+    import json
+
+    obs = Observation(runs=2, identical=False, mismatch="out: 1 of 4 bytes differ", check=False, observed="x")
+    evidence = obs.to_json()
+    assert json.loads(json.dumps(evidence)) == evidence
+    assert "check" not in evidence and "observed" not in evidence and evidence["identical"] is False

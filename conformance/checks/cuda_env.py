@@ -23,18 +23,11 @@ from hypothesis import strategies as st
 
 from engine.checks import CheckObservation, check
 
-from ._support import (
-    REPRO_NOTES,
-    child_env,
-    child_script,
-    enter_mode,
-    mode_is_on,
-    preserved_global_state,
-    require_cuda,
-    run_child,
-    synchronize,
-    tensor_bytes,
-)
+from engine.child import child_env, run_in_child
+from engine.determinism import apply_mode as enter_mode
+from engine.determinism import mode_is_on, preserved_global_state
+
+from ._support import REPRO_NOTES, require_cuda, synchronize, tensor_bytes
 
 CUBLAS_VAR = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_GOOD = (":4096:8", ":16:8")
@@ -42,51 +35,6 @@ CUBLAS_GOOD = (":4096:8", ":16:8")
 # nevertheless rejects (it compares against the two documented strings).
 CUBLAS_WRONG = (":4096:2", ":16:4", "4096:8", ":4096:8:16:8", "", " :4096:8", "deterministic")
 CUBLAS_OPS = ("mm", "mv", "bmm")
-
-_CUBLAS_CHILD = child_script(
-    '''
-def _main(payload):
-    import hashlib, os, warnings
-    import torch
-    if not torch.cuda.is_available():
-        raise RuntimeError("the child sees no CUDA device")
-    mode = payload["mode"]
-    # The C++ switch directly: the public one imports Inductor, seconds per child.
-    torch._C._set_deterministic_algorithms(mode != "off", warn_only=mode == "warn_only")
-    g = torch.Generator(device="cpu").manual_seed(payload["seed"])
-    m, k, n, b = payload["m"], payload["k"], payload["n"], payload["batch"]
-    dev = torch.device("cuda")
-    if payload["op"] == "mm":
-        args = (torch.randn(m, k, generator=g).to(dev), torch.randn(k, n, generator=g).to(dev))
-        fn = torch.mm
-    elif payload["op"] == "mv":
-        args = (torch.randn(m, k, generator=g).to(dev), torch.randn(k, generator=g).to(dev))
-        fn = torch.mv
-    else:
-        args = (torch.randn(b, m, k, generator=g).to(dev), torch.randn(b, k, n, generator=g).to(dev))
-        fn = torch.bmm
-    runs, error = [], None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            for _ in range(payload["runs"]):
-                out = fn(*args)
-                torch.cuda.synchronize()
-                raw = out.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-                runs.append(hashlib.sha256(raw).hexdigest()[:16])
-        except RuntimeError as exc:
-            error = str(exc)
-    return {
-        "env": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
-        "error": error,
-        "warnings": [{"category": w.category.__name__, "message": str(w.message)[:300]} for w in caught],
-        "fingerprints": runs,
-        "cuda": torch.version.cuda,
-        "device_name": torch.cuda.get_device_name(0),
-    }
-'''
-)
-
 
 def _cublas_check(config: str, op: str):
     """``config``: "unset", "wrong" or one of the two documented values."""
@@ -114,7 +62,8 @@ def _cublas_check(config: str, op: str):
         if device.index is not None:
             visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
             env["CUDA_VISIBLE_DEVICES"] = visible[device.index] if device.index < len(visible) else str(device.index)
-        result = run_child(_CUBLAS_CHILD, payload, env, timeout=300, what=f"{CUBLAS_VAR}={value!r} {op}")
+        result = run_in_child("conformance.children:cublas_runs", payload, env=env, timeout=300,
+                              what=f"{CUBLAS_VAR}={value!r} {op}")
         return _cublas_verdict(config, mode, value, payload, result)
 
     cublas_workspace.__name__ = f"cublas_{config}_{op}"

@@ -19,7 +19,10 @@ from torch.utils.data import DataLoader, Dataset
 
 from engine.checks import CheckObservation, check
 
-from ._support import REPRO_NOTES, enter_mode, preserved_global_state
+from engine.determinism import apply_mode as enter_mode
+from engine.determinism import preserved_global_state
+
+from ._support import REPRO_NOTES
 
 NUM_WORKERS = 2
 # fork: available on Linux, no re-import of the test process in the workers.

@@ -19,7 +19,10 @@ from hypothesis import strategies as st
 
 from engine.checks import CheckObservation, check
 
-from ._support import FLAG_API, NONDETERMINISTIC_ALERT, enter_mode, preserved_global_state
+from engine.determinism import apply_mode as enter_mode
+from engine.determinism import preserved_global_state
+
+from ._support import FLAG_API, NONDETERMINISTIC_ALERT
 
 # (enabled, warn_only) for each mode.
 MODE_SETTING = {"error": (True, False), "warn_only": (True, True), "off": (False, False)}

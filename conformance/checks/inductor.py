@@ -24,7 +24,10 @@ from hypothesis import strategies as st
 
 from engine.checks import CheckObservation, CheckSkipped, check
 
-from ._support import REPRO_NOTES, enter_mode, mode_is_on, preserved_global_state, tensor_bytes
+from engine.determinism import apply_mode as enter_mode
+from engine.determinism import mode_is_on, preserved_global_state
+
+from ._support import REPRO_NOTES, tensor_bytes
 
 DEBUG_SPELLINGS = {"error": ("error", 2), "warn_only": ("warn", 1), "off": ("default", 0)}
 

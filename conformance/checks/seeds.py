@@ -10,7 +10,7 @@ recipe for custom operators and other libraries.
 """
 from __future__ import annotations
 
-import os
+
 import random
 from typing import Any
 
@@ -19,17 +19,13 @@ from hypothesis import strategies as st
 
 from engine.checks import CheckObservation, CheckSkipped, check
 
-from . import _rng_ops
-from ._rng_ops import RNG_OPS
-from ._support import (
-    REPRO_NOTES,
-    child_env,
-    child_script,
-    enter_mode,
-    finish_child,
-    preserved_global_state,
-    start_child,
-)
+from conformance import rng_ops as _rng_ops
+from conformance.rng_ops import RNG_OPS
+from engine.child import child_env, finish_child, start_child
+from engine.determinism import apply_mode as enter_mode
+from engine.determinism import preserved_global_state
+
+from ._support import REPRO_NOTES
 
 _seeds = st.integers(0, 2**32 - 1)
 
@@ -124,35 +120,6 @@ for _name in RNG_OPS:
     check(f"manual_seed:{_name}", source=REPRO_NOTES)(_in_process_check(_name))
 
 
-_FRESH_CHILD = child_script(
-    '''
-def _main(payload):
-    import importlib.util, random
-    import torch
-    spec = importlib.util.spec_from_file_location("_detconf_rng_ops", payload["module"])
-    ops = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ops)
-    # The C++ switch directly: the public one imports Inductor, seconds per child.
-    mode = payload["mode"]
-    torch._C._set_deterministic_algorithms(mode != "off", warn_only=mode == "warn_only")
-    seed = payload["seed"]
-    out = {}
-    for name, params in payload["ops"].items():
-        out[name] = ops.run_seeded(name, params, payload["device"], seed)
-    random.seed(seed)
-    out["random.seed"] = repr([random.random() for _ in range(4)])
-    try:
-        import numpy as np
-    except ImportError:
-        pass
-    else:
-        np.random.seed(seed % 2**32)
-        out["np.random.seed"] = repr(np.random.rand(4).tolist())
-    return out
-'''
-)
-
-
 @check("manual_seed[fresh-processes]", source=REPRO_NOTES, max_examples=2)
 def manual_seed_repeats_across_processes(draw, entry, device: torch.device, mode: str) -> CheckObservation:
     # "...each time you run your application in the same environment": two fresh
@@ -160,7 +127,6 @@ def manual_seed_repeats_across_processes(draw, entry, device: torch.device, mode
     seed = draw(_seeds, label="seed")
     ops = {name: draw_params(draw, name, device) for name in RNG_OPS}
     payload = {
-        "module": os.path.abspath(_rng_ops.__file__),
         "mode": mode,
         "seed": seed,
         "device": str(device),
@@ -168,7 +134,7 @@ def manual_seed_repeats_across_processes(draw, entry, device: torch.device, mode
     }
     env = child_env({"CUBLAS_WORKSPACE_CONFIG": ":4096:8"} if device.type == "cuda" else None)
     # The two children run side by side: one interpreter start-up of wall time.
-    procs = [start_child(_FRESH_CHILD, payload, env) for _ in range(2)]
+    procs = [start_child("conformance.children:seeded_ops", payload, env=env) for _ in range(2)]
     results = [finish_child(p, timeout=180, what="manual_seed in a fresh process") for p in procs]
     differing = sorted(k for k in results[0] if results[0][k] != results[1].get(k))
     judged = [k for k in differing if not _informational(k, device, mode)]

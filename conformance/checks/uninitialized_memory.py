@@ -16,19 +16,11 @@ import torch
 from hypothesis import strategies as st
 
 from engine.checks import CheckObservation, check
+from engine.child import run_in_child
+from engine.determinism import apply_mode as enter_mode
+from engine.determinism import mode_is_on, preserved_global_state
 
-from ._support import (
-    REPRO_NOTES,
-    child_env,
-    child_script,
-    dense_cpu,
-    dtype_supported,
-    enter_mode,
-    mode_is_on,
-    preserved_global_state,
-    preview,
-    run_child,
-)
+from ._support import REPRO_NOTES, dense_cpu, dtype_supported, preview
 
 
 def _dtypes(*names: str) -> list[torch.dtype]:
@@ -176,27 +168,13 @@ for _op in FILL_OPS:
     check(f"fill_uninitialized_memory=False:{_op}", source=REPRO_NOTES)(_fill_off_check(_op))
 
 
-_DEFAULT_CHILD = child_script(
-    '''
-def _main(payload):
-    import torch
-    default = torch.utils.deterministic.fill_uninitialized_memory
-    # The C++ switch directly: the public one imports Inductor, seconds per child.
-    torch._C._set_deterministic_algorithms(True)
-    probe = torch.empty(payload["numel"], dtype=torch.float32)
-    return {"default": default, "empty_all_nan": bool(torch.isnan(probe).all())}
-'''
-)
-
-
 @check("fill_uninitialized_memory:default", source=REPRO_NOTES, max_examples=1)
 def fill_flag_defaults_to_true(draw, entry, device: torch.device, mode: str) -> CheckObservation:
     # "torch.utils.deterministic.fill_uninitialized_memory is set to True by
     # default": only a fresh process shows the default, whatever this one did.
     numel = draw(st.integers(1, 64), label="probe numel")
-    result = run_child(
-        _DEFAULT_CHILD, {"numel": numel}, child_env(), timeout=120, what="fill_uninitialized_memory default"
-    )
+    result = run_in_child("conformance.children:default_fill", {"numel": numel}, timeout=120,
+                          what="fill_uninitialized_memory default")
     default = result["default"]
     return CheckObservation(
         held=default is True,

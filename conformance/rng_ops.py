@@ -1,7 +1,7 @@
 """The random ops of the seed checks, shared with their child processes.
 
-This file imports only ``torch`` (and ``hashlib``): the fresh-process check loads
-it by path in a child interpreter, without importing the project package.
+This module imports only ``torch`` (and ``hashlib``), so the fresh-process
+check's children (:mod:`conformance.children`) start quickly.
 
 ``build(name, params, device)`` returns a zero-argument function whose tensors
 depend only on the global torch RNG; the inputs that are not meant to be

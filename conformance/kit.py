@@ -1,0 +1,362 @@
+"""The recipe kit: the example builder and the helpers every recipe module uses.
+
+A recipe is ``def name(draw, entry, case, device) -> Program``. It builds one
+:class:`Example`, draws the small parameters (shapes, dtype, seeds, the share
+of duplicate indices), adds the input tensors, and ends with
+:meth:`Example.program`, handing over the *op function*: a plain module-level
+Python function that runs the documented call::
+
+    def put_op(x, index, source, *, accumulate):
+        return x.put_(index, source, accumulate=accumulate)
+
+    @recipe("torch.Tensor.put_")
+    def put_(draw, entry, case, device):
+        ex = Example(draw, entry, case, device)
+        ...
+        return ex.program(put_op, grads=("x", "source"), accumulate=accumulate)
+
+The op function's positional parameters are the example's inputs (by name);
+its keyword-only parameters are the constants the recipe drew, bound with
+``functools.partial``. The reproducer is the input-building lines, the op
+function's own source (``inspect.getsource``) and the call with those
+constants, so it is exactly what ran. To keep it self-contained an op function
+may use only ``torch``, ``F`` (``torch.nn.functional``), ``math`` and
+``warnings`` from its module (or import what it needs inside its body), and
+must not be a closure or a lambda; :meth:`Example.program` rejects anything
+else when the recipe runs.
+"""
+from __future__ import annotations
+
+import dis
+import functools
+import inspect
+import math
+import textwrap
+import types
+import warnings
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+import torch.nn.functional as F
+from hypothesis import strategies as st
+
+from engine.entry import Entry
+from engine.program import Program
+from engine.strategies import DUPLICATE_SHARES, build_indices, build_tensor, float_dtypes, scale_limits, seeds
+
+__all__ = [
+    "NO_HALF", "REPRO_IMPORTS", "Example", "OpFunctionError", "index_put_parts", "ndims_for", "num_indices",
+    "op_source", "pool_input", "shape", "target_side", "window",
+]
+
+# Dtypes some CPU kernels lack in torch 2.x (CUDA has them).
+NO_HALF = (torch.float16, torch.bfloat16)
+
+# What a reproducer starts with; op functions may use exactly these names.
+REPRO_IMPORTS = (
+    "import math",
+    "import warnings",
+    "",
+    "import torch",
+    "import torch.nn.functional as F",
+    "from engine.strategies import build_indices, build_tensor",
+)
+_OP_GLOBALS = {"torch": torch, "F": F, "math": math, "warnings": warnings}
+
+
+class OpFunctionError(TypeError):
+    """An op function whose source would not reproduce what ran (closure, lambda, foreign global)."""
+
+
+# Instructions that read or write a module global (``co_names`` alone also holds attribute names).
+_GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL"})
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in _GLOBAL_OPS}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+@functools.cache
+def op_source(op: Callable[..., Any]) -> str:
+    """The op function's source, dedented, after checking it reproduces on its own."""
+    name = getattr(op, "__name__", repr(op))
+    if not isinstance(op, types.FunctionType) or name == "<lambda>":
+        raise OpFunctionError(f"op function {name!r} must be a plain def, not {type(op).__name__} or a lambda")
+    if op.__closure__:
+        raise OpFunctionError(f"op function {name!r} is a closure: pass what it captures as keyword-only constants")
+    if "<locals>" in op.__qualname__:
+        raise OpFunctionError(f"op function {name!r} must be defined at module level")
+    module_globals = op.__globals__
+    for global_name in sorted(_global_names(op.__code__)):
+        if global_name in module_globals and global_name not in _OP_GLOBALS:
+            raise OpFunctionError(
+                f"op function {name!r} uses the module global {global_name!r}; op functions may use only "
+                f"{', '.join(sorted(_OP_GLOBALS))} (or import inside their body)")
+        if global_name in _OP_GLOBALS and module_globals.get(global_name) is not _OP_GLOBALS[global_name]:
+            raise OpFunctionError(f"op function {name!r}: {global_name!r} in its module is not the kit's")
+    return textwrap.dedent(inspect.getsource(op)).rstrip()
+
+
+class Example:
+    """Collects the inputs of one example together with the Python lines that rebuild them."""
+
+    def __init__(self, draw: Any, entry: Entry, case: dict[str, Any], device: torch.device) -> None:
+        self.draw = draw
+        self.entry = entry
+        self.case = dict(case)
+        self.device = torch.device(device)
+        self.limits = scale_limits()
+        self.inputs: dict[str, torch.Tensor] = {}
+        self.lines: list[str] = []
+        self.kwargs: dict[str, Any] = {}
+
+    # -- small parameters -------------------------------------------------
+
+    @property
+    def large(self) -> bool:
+        return self.limits.name == "large"
+
+    def integer(self, lo: int, hi: int) -> int:
+        """A drawn int in ``[lo, hi]`` (shrinks to ``lo``)."""
+        return self.draw(st.integers(lo, max(lo, hi)))
+
+    def side(self, lo: int = 1, hi: int | None = None) -> int:
+        """A dimension length; defaults to the scale's ``max_side``."""
+        return self.integer(lo, self.limits.max_side if hi is None else hi)
+
+    def choice(self, options: Sequence[Any]) -> Any:
+        """One of ``options``; shrinks towards the first."""
+        return self.draw(st.sampled_from(list(options)))
+
+    def kwarg(self, name: str, options: Sequence[Any]) -> Any:
+        """The case's value for ``name`` if the entry fixes it, else a drawn one. Recorded for ``describe``."""
+        value = self.case[name] if name in self.case else self.choice(options)
+        self.kwargs[name] = value
+        return value
+
+    def dtype(self, default: Iterable[str] = ("floating",), *, exclude: Iterable[torch.dtype] = (),
+              exclude_on_cpu: Iterable[torch.dtype] = ()) -> torch.dtype:
+        """A dtype of the entry's dtype classes (or ``default``), float32 first.
+
+        Backward entries keep to differentiable (floating, complex) classes.
+        """
+        classes = tuple(self.entry.dtypes) or tuple(default)
+        if self.entry.backward:
+            classes = tuple(c for c in classes if c in ("floating", "complex")) or ("floating",)
+        excluded = tuple(exclude) + (tuple(exclude_on_cpu) if self.device.type == "cpu" else ())
+        return self.draw(float_dtypes(classes, device=self.device, exclude=excluded))
+
+    def spatial(self, n: int, *, mins: Sequence[int] | int = 1, budget: int | None = None) -> tuple[int, ...]:
+        """``n`` sides, each at least its minimum, with about ``budget`` elements at most."""
+        if isinstance(mins, int):
+            mins = (mins,) * n
+        budget = self.limits.max_numel if budget is None else max(1, budget)
+        cap = max(1, min(self.limits.max_side, int(round(budget ** (1.0 / n))))) if n else 1
+        return tuple(self.side(m, max(m, cap)) for m in mins)
+
+    def batch(self) -> int:
+        return self.side(1, 4 if self.large else 2)
+
+    def channels(self, hi_small: int = 3, hi_large: int = 8) -> int:
+        return self.side(1, hi_large if self.large else hi_small)
+
+    # -- tensors -------------------------------------------------------------
+
+    def tensor(self, name: str, shape: Sequence[int], dtype: torch.dtype, *, low: float = -10,
+               high: float = 10, contiguous: bool | None = True, integral: bool = False,
+               is_input: bool = True) -> torch.Tensor:
+        """A seeded input tensor. ``contiguous=None`` draws the layout (contiguous first).
+
+        ``integral=True`` draws integer values in ``[low, high]`` and casts them to
+        ``dtype``: ties, for sort-like ops whose index outputs depend on tie-breaking.
+        ``is_input=False`` only records how to rebuild it, for tensors that
+        other inputs are derived from.
+        """
+        shape = tuple(int(s) for s in shape)
+        if contiguous is None:
+            contiguous = self.choice((True, False))
+        seed = self.draw(seeds())
+        dev = str(self.device)
+        if integral:
+            t = build_tensor(shape, torch.int64, seed, device=self.device, low=low, high=high,
+                             contiguous=contiguous).to(dtype)
+            src = (f"build_tensor({shape!r}, torch.int64, {seed}, device={dev!r}, low={low!r}, high={high!r}, "
+                   f"contiguous={contiguous!r}).to({dtype})")
+        else:
+            t = build_tensor(shape, dtype, seed, device=self.device, low=low, high=high, contiguous=contiguous)
+            src = (f"build_tensor({shape!r}, {dtype}, {seed}, device={dev!r}, low={low!r}, high={high!r}, "
+                   f"contiguous={contiguous!r})")
+        if not is_input:
+            self.lines.append(f"{name} = {src}")
+            return t
+        return self.add(name, t, src)
+
+    def indices(self, name: str | None, shape: Sequence[int] | int, size: int, *, unique: bool = False,
+                duplicates: float | None = None, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+        """Seeded indices into ``[0, size)``; the duplicate share is drawn unless given.
+
+        ``name=None`` builds the tensor without making it an input (for
+        tensors derived from it, such as ``divmod`` pairs).
+        """
+        if isinstance(shape, int):
+            shape = (shape,)
+        shape = tuple(int(s) for s in shape)
+        share = 0.0 if unique else (self.choice(DUPLICATE_SHARES) if duplicates is None else duplicates)
+        seed = self.draw(seeds())
+        t = build_indices(shape, size, seed, duplicates=share, unique=unique, device=self.device, dtype=dtype)
+        src = (f"build_indices({shape!r}, {size}, {seed}, duplicates={share!r}, unique={unique!r}, "
+               f"device={str(self.device)!r}, dtype={dtype})")
+        if name is None:
+            self.lines.append(f"_indices = {src}")
+            return t
+        return self.add(name, t, src)
+
+    def add(self, name: str, tensor: torch.Tensor, source: str) -> torch.Tensor:
+        """Register ``tensor`` as input ``name``, rebuilt in the repro by ``source``."""
+        if name in self.inputs:
+            raise ValueError(f"input {name!r} added twice")
+        self.inputs[name] = tensor
+        self.lines.append(f"{name} = {source}")
+        return tensor
+
+    # -- the program ---------------------------------------------------------
+
+    def program(self, op: Callable[..., Any], *, grads: Sequence[str] = (), meta: dict[str, Any] | None = None,
+                note: str = "", **constants: Any) -> Program:
+        """The runnable example: ``op(**inputs, **constants)``.
+
+        ``op`` is a module-level function (see the module notes); ``constants``
+        are its keyword-only arguments. ``grads`` are the inputs to
+        differentiate when the entry is about backward; they must be
+        floating-point or complex inputs.
+        """
+        source = op_source(op)
+        call = f"{op.__name__}(" + ", ".join(
+            [f"{n}={n}" for n in self.inputs] + [f"{k}={_literal(v)}" for k, v in constants.items()]) + ")"
+        fn = functools.partial(op, **constants) if constants else op
+        grad_inputs: tuple[str, ...] = ()
+        if self.entry.backward:
+            grad_inputs = tuple(g for g in grads if self.inputs[g].is_floating_point() or self.inputs[g].is_complex())
+        full_meta = {"source": f"{source}\n\nout = {call}", "kwargs": dict(self.kwargs), "constants": dict(constants),
+                     "op_function": op.__name__}
+        full_meta.update(meta or {})
+        return Program(fn=fn, inputs=dict(self.inputs), grad_inputs=grad_inputs, describe=self._describe(note),
+                       repro=self._repro(source, call, grad_inputs), meta=full_meta)
+
+    def _describe(self, note: str) -> str:
+        parts = []
+        for name, t in self.inputs.items():
+            layout = "" if t.is_contiguous() or t.is_sparse else " non-contiguous"
+            kind = " sparse" if t.is_sparse else (" quantized" if t.is_quantized else "")
+            parts.append(f"{name}: {str(t.dtype).replace('torch.', '')}{list(t.shape)}{kind}{layout}")
+        text = f"{self.entry.op} on {self.device}: " + (", ".join(parts) if parts else "no inputs")
+        if self.kwargs:
+            text += "; " + ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+        if note:
+            text += f"; {note}"
+        return text
+
+    def _repro(self, source: str, call: str, grad_inputs: tuple[str, ...]) -> str:
+        lines = list(REPRO_IMPORTS) + [""] + self.lines + ["", "", source, "", ""]
+        for g in grad_inputs:
+            lines.append(f"{g}.requires_grad_()")
+        lines.append(f"out = {call}")
+        if grad_inputs:
+            lines.append(f"# then backward through out with a seeded gradient; compare "
+                         f"{', '.join(g + '.grad' for g in grad_inputs)}")
+        return "\n".join(lines)
+
+
+def _literal(value: Any) -> str:
+    """Python source for a constant: dtypes and devices spelled as torch names, the rest by ``repr``."""
+    if isinstance(value, torch.dtype):
+        return str(value)
+    if isinstance(value, torch.device):
+        return f"torch.device({str(value)!r})"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_literal(v) for v in value)
+        if isinstance(value, tuple):
+            return f"({inner},)" if len(value) == 1 else f"({inner})"
+        return f"[{inner}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_literal(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+# ---------------------------------------------------------------------------
+# Shape helpers shared by recipe modules
+
+
+def ndims_for(entry: Entry, *, lo: int = 1, hi: int = 3) -> tuple[int, int]:
+    """Input dimensionality allowed by the entry's qualifiers ("1d-input", "input dimension larger than one")."""
+    quals = " ".join(entry.qualifiers)
+    if "1d" in quals or "dim-1" in quals or "one-dim" in quals:
+        return 1, 1
+    if "larger" in quals or "multi" in quals or "nd-input" in quals or "gt-1" in quals:
+        return max(lo, 2), max(hi, 2)
+    return lo, hi
+
+
+def shape(ex: Example, ndim: int, *, min_side: int = 1) -> tuple[int, ...]:
+    """``ndim`` drawn sides within the scale's budget (``()`` for a scalar)."""
+    return ex.spatial(ndim, mins=min_side) if ndim else ()
+
+
+def target_side(ex: Example, lo: int = 1, *, others: int = 1) -> int:
+    """Length of an indexed dimension: few targets, so duplicate indices collide.
+
+    ``others`` is the product of the remaining sides; the whole tensor stays
+    within the scale's ``max_numel``.
+    """
+    cap = ex.limits.max_bins if ex.large else ex.limits.max_side
+    return ex.side(lo, max(lo, min(cap, ex.limits.max_numel // max(1, others))))
+
+
+def num_indices(ex: Example, lo: int = 0) -> int:
+    return ex.integer(lo, ex.limits.max_indices)
+
+
+def index_put_parts(ex: Example, dtype: torch.dtype) -> tuple[int, int]:
+    """``x`` plus 1 or 2 index tensors (``idx0``, ``idx1``) and matching ``values``; returns (k, n)."""
+    k = ex.integer(1, 2)
+    rest = shape(ex, ex.integer(0, 1))
+    lead: tuple[int, ...] = ()
+    for _ in range(k):
+        lead += (target_side(ex, others=math.prod(lead) * math.prod(rest)),)
+    ex.tensor("x", lead + rest, dtype, contiguous=None)
+    n = ex.integer(0, min(ex.limits.max_indices, max(1, ex.limits.max_numel // max(1, math.prod(rest)))))
+    if k == 1:
+        ex.indices("idx0", n, lead[0])
+    else:
+        flat = ex.indices(None, n, lead[0] * lead[1])
+        ex.add("idx0", flat // lead[1], f"_indices // {lead[1]}")
+        ex.add("idx1", flat % lead[1], f"_indices % {lead[1]}")
+    ex.tensor("values", (n,) + rest, dtype)
+    return k, n
+
+
+def pool_input(ex: Example, n: int, *, mins: int | Sequence[int] = 1, dtype: torch.dtype,
+               batched: bool | None = None, integral: bool = False) -> tuple[int, ...]:
+    """``x`` of shape ``(N, C, *spatial)`` (or unbatched ``(C, *spatial)``)."""
+    if batched is None:
+        batched = ex.choice((True, False))
+    lead = (ex.batch(), ex.channels()) if batched else (ex.channels(),)
+    sides = ex.spatial(n, mins=mins, budget=ex.limits.max_numel // math.prod(lead))
+    full = lead + sides
+    if integral:
+        ex.tensor("x", full, dtype, low=0, high=4, contiguous=None, integral=True)
+    else:
+        ex.tensor("x", full, dtype, contiguous=None)
+    return full
+
+
+def window(ex: Example, sides: Sequence[int]) -> tuple[int, int, int]:
+    """kernel, stride and padding for a window that fits ``sides``; stride < kernel overlaps windows."""
+    k = ex.integer(1, min(3, min(sides)))
+    stride = ex.integer(1, k)
+    padding = ex.integer(0, k // 2)
+    return k, stride, padding

@@ -1,0 +1,81 @@
+"""The plan: one :class:`Case` per (entry, device type, mode), sorted.
+
+Collection must be deterministic (xdist compares the collected ids of every
+worker): nothing here draws random numbers, and the plan is sorted. A case is
+plain data and travels as JSON (:meth:`Case.to_json`), e.g. to an isolated
+child process.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from detconf.vocabulary import SOURCE_NAMES
+from engine.entry import CatalogError, Entry
+
+
+def _same_conditions(a: Entry, b: Entry) -> bool:
+    """Do two entries describe the same call (apart from the device)?"""
+    return (
+        a.op == b.op
+        and a.backward == b.backward
+        and set(a.cases) & set(b.cases) != set()
+        and (a.quantized, a.sparse_dense, a.indices_output, a.weights_given)
+        == (b.quantized, b.sparse_dense, b.indices_output, b.weights_given)
+    )
+
+
+def raise_documented_elsewhere(entry: Entry, device_type: str, catalog: Iterable[Entry]) -> str | None:
+    """The id of another entry documenting a raise for the same call on ``device_type``."""
+    if entry.applies_to(device_type):
+        return None
+    for other in catalog:
+        if (
+            other is not entry
+            and other.source == entry.source
+            and other.promise == "raises"
+            and other.devices
+            and device_type in other.devices
+            and _same_conditions(entry, other)
+        ):
+            return other.id
+    return None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One generated test: an entry on one device type in one mode."""
+
+    entry: Entry
+    device: str
+    mode: str
+    raise_documented_by: str | None = None
+
+    @property
+    def id(self) -> str:
+        prefix = "" if self.entry.source == "torch-docs" else f"{self.entry.source}:"
+        return f"{prefix}{self.entry.id}-{self.device}-{self.mode}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"entry": self.entry.to_json(), "device": self.device, "mode": self.mode,
+                "raise_documented_by": self.raise_documented_by}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Case":
+        return cls(Entry.from_json(d["entry"]), d["device"], d["mode"], d.get("raise_documented_by"))
+
+
+def plan(catalog: list[Entry], devices: Iterable[str], modes: Iterable[str]) -> list[Case]:
+    cases = []
+    for entry in catalog:
+        for device in devices:
+            elsewhere = raise_documented_elsewhere(entry, device, catalog)
+            for mode in modes:
+                cases.append(Case(entry, device, mode, elsewhere))
+    order = {s: i for i, s in enumerate(SOURCE_NAMES)}
+    cases.sort(key=lambda c: (order.get(c.entry.source, 99), c.entry.list_name, c.entry.position, c.entry.id, c.device, c.mode))
+    ids = [c.id for c in cases]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise CatalogError(f"duplicate test ids: {dup[:5]}")
+    return cases

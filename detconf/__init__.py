@@ -1,0 +1,1 @@
+"""detconf's shared, torch-free definitions (see :mod:`detconf.vocabulary`)."""

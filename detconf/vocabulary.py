@@ -1,0 +1,94 @@
+"""The words detconf speaks: modes, sources, promises, expectations, verdicts, the schema version.
+
+This module is torch-free and imports nothing of the project, so every layer
+(engine, conformance, the pytest plugin, reports) takes its vocabulary from
+here. ``docs/results-schema.md`` lists the same words; a test keeps the two equal.
+"""
+from __future__ import annotations
+
+#: Version of the results-file format (docs/results-schema.md).
+SCHEMA_VERSION = 1
+
+#: Determinism settings a case runs under, with the call that sets each. ``off`` is the positive control.
+MODE_CALLS: dict[str, str] = {
+    "error": "torch.use_deterministic_algorithms(True)",
+    "warn_only": "torch.use_deterministic_algorithms(True, warn_only=True)",
+    "off": "torch.use_deterministic_algorithms(False)",
+}
+MODES = tuple(MODE_CALLS)
+DEFAULT_MODES = ("error", "warn_only")
+#: Modes in which determinism is on.
+DETERMINISTIC_MODES = ("error", "warn_only")
+
+#: Catalog sources, in matrix order. ``sweep`` runs only when asked for by name.
+SOURCES: dict[str, str] = {
+    "torch-docs": "the two lists of torch.use_deterministic_algorithms.__doc__",
+    "ascend": "the Ascend NPU deterministic-computation list",
+    "flag-api": "the flag API: use_deterministic_algorithms and its getters, the debug mode",
+    "repro-notes": "the reproducibility notes: seeds, CUBLAS_WORKSPACE_CONFIG, cuDNN, fill_uninitialized_memory, "
+                   "DataLoader",
+    "sweep": "every OpInfo of torch's op database, under the general contract",
+}
+SOURCE_NAMES = tuple(SOURCES)
+OP_SOURCES = ("torch-docs", "ascend")
+CHECK_SOURCES = ("flag-api", "repro-notes")
+OPT_IN_SOURCES = ("sweep",)
+DEFAULT_SOURCES = OP_SOURCES + CHECK_SOURCES
+#: Sources whose expectations hold on every device, named by the sentence or not.
+STRICT_SOURCES = ("torch-docs",)
+#: Sources whose ops are not in the documented lists (nondeterminism there is "undocumented").
+UNLISTED_SOURCES = ("sweep",)
+
+#: What an entry promises.
+PROMISES: dict[str, str] = {
+    "deterministic": "the op acts deterministically in deterministic mode",
+    "raises": "the op throws the determinism RuntimeError in deterministic mode",
+    "behaves": "a documented behaviour of the flag API or the reproducibility notes holds (judged by a check)",
+}
+
+#: What a case expects, from (entry, device, mode).
+EXPECTATIONS: dict[str, str] = {
+    "deterministic": "no determinism alert; outputs and gradients bitwise identical across runs",
+    "raises": "the determinism RuntimeError in every run",
+    "warns": "the determinism UserWarning in every run, and the op returns",
+    "deterministic-or-raises": "general contract, mode error: bitwise identical, or the determinism RuntimeError",
+    "deterministic-or-warns": "general contract, mode warn_only: bitwise identical, or the warning and the op returns",
+    "holds": "the documented behaviour holds (flag API, reproducibility notes)",
+    "observe": "mode off, the positive control: record whether runs differed",
+}
+
+#: Every verdict, ordered worst first: when examples disagree, the worst verdict stands.
+#: Each maps to (passing, one-line meaning).
+VERDICTS: dict[str, tuple[bool, str]] = {
+    "nondeterministic": (False, "outputs differed between runs where determinism is promised"),
+    "undocumented-nondeterminism": (False, "sweep: outputs differed in deterministic mode for an op the docs do not list"),
+    "wrong-result": (False, "deterministic, but the output differs from the default algorithm or a CPU reference"),
+    "missing-raise": (False, "documented to raise in deterministic mode, did not"),
+    "undocumented-raise": (False, "raised although the docs promise no error"),
+    "stale-doc": (False, "documented to raise, did not, and was bitwise deterministic (docs out of date)"),
+    "missing-warning": (False, "documented to warn in warn_only mode, did not"),
+    "spurious-warning": (False, "warned although no warning is documented"),
+    "violated": (False, "a flag-API or reproducibility promise did not hold"),
+    "harness-error": (False, "the suite itself failed (must be zero)"),
+    "conforms": (True, "behaves as documented"),
+    "nondeterminism-seen": (True, "mode off: run-to-run differences seen (informational)"),
+    "no-difference-seen": (True, "mode off: no difference seen (informational)"),
+    "recorded": (True, "nothing promised; the observation is recorded (informational)"),
+    "unsupported": (True, "op or dtype not implemented on that device"),
+    "skipped": (True, "device absent or test skipped"),
+}
+FAILING = tuple(v for v, (passing, _) in VERDICTS.items() if not passing)
+PASSING = tuple(v for v, (passing, _) in VERDICTS.items() if passing)
+#: Display order for tables and legends: conforms, failures from the worst, unsupported and skipped,
+#: then the informational verdicts.
+INFORMATIONAL = ("nondeterminism-seen", "no-difference-seen", "recorded")
+DISPLAY_ORDER = ("conforms",) + FAILING + ("unsupported", "skipped") + INFORMATIONAL
+
+
+def is_passing(verdict: str) -> bool:
+    """True for a passing verdict; ``KeyError`` for a word that is not a verdict."""
+    return VERDICTS[verdict][0]
+
+
+def meaning(verdict: str) -> str:
+    return VERDICTS[verdict][1]

@@ -1,0 +1,39 @@
+"""The plan: cases per (entry, device, mode), sorted, and cases as JSON for child processes."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conformance.catalog import doc_versions, load_catalog, snapshot_entries
+from conformance.plan import Case, plan, raise_documented_elsewhere
+from detconf.vocabulary import DEFAULT_SOURCES, MODES
+
+CATALOG = load_catalog(DEFAULT_SOURCES)
+
+
+def test_every_case_of_the_default_sources_travels_as_json():
+    cases = plan(CATALOG, ["cpu", "cuda"], MODES)
+    for case in cases:
+        assert Case.from_json(json.loads(json.dumps(case.to_json()))) == case
+
+
+@pytest.mark.parametrize("version", doc_versions())
+def test_every_documented_entry_of_every_release_travels_as_json(version):
+    for case in plan(snapshot_entries(version), ["cuda", "mps"], ["error"]):
+        assert Case.from_json(json.loads(json.dumps(case.to_json()))) == case
+
+
+def test_plan_is_sorted_and_unique():
+    cases = plan(CATALOG, ["cuda", "cpu"], ["warn_only", "error"])
+    assert [c.id for c in cases] == [c.id for c in plan(list(reversed(CATALOG)), ["cpu", "cuda"], ["error", "warn_only"])]
+    assert len({c.id for c in cases}) == len(cases) == len(CATALOG) * 4
+
+
+def test_a_raise_documented_for_another_device_is_found():
+    entries = {e.id: e for e in snapshot_entries("2.13.0")}
+    deterministic = entries["put_(accumulate=True)[cpu]"] if "put_(accumulate=True)[cpu]" in entries else None
+    if deterministic is None:
+        pytest.skip("2.13.0 documents no CPU-only put_(accumulate=True)")
+    assert raise_documented_elsewhere(deterministic, "cuda", entries.values()) == "put_(accumulate=True)[cuda]"
+    assert raise_documented_elsewhere(deterministic, "cpu", entries.values()) is None
