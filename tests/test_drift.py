@@ -128,3 +128,24 @@ def test_drift_does_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert int(out.stdout) > 0
+
+
+def test_published_spec_history_is_what_the_snapshots_give():
+    out = subprocess.run([sys.executable, "-m", "conformance", "spec-history"], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    published = (ROOT / "reports" / "published" / "drift" / "spec-history.jsonl").read_text(encoding="utf-8")
+    assert out.stdout == published
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("", "no entries"),
+    ("{not json\n", "not JSON"),
+    ("[1]\n", "expected an entry object"),
+    ('{"doc_version": "2.13.0", "entry_id": "x", "op": "torch.x", "list_name": "raises"}\n', "'sentence'"),
+])
+def test_a_bad_history_file_is_one_line_and_exit_2(tmp_path, capsys, content, needle):
+    history = tmp_path / "history.jsonl"
+    history.write_text(content)
+    assert main([str(history), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err and not (tmp_path / "out").exists()
