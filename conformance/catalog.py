@@ -14,7 +14,8 @@ from engine import docspec
 from engine.entry import Entry, check_unique, load_entries_file
 
 __all__ = ["CHECK_SOURCES", "DATA", "DEFAULT_SOURCES", "OPT_IN_SOURCES", "OP_SOURCES", "SOURCES", "TORCH_DOCS",
-           "UnknownSource", "doc_versions", "load_catalog", "load_entries", "snapshot_entries", "snapshot_text"]
+           "UnknownSource", "doc_versions", "load_catalog", "load_entries", "snapshot_entries", "snapshot_of_release",
+           "snapshot_text"]
 
 DATA = Path(__file__).resolve().parent / "data"
 #: The project's copy of every release's ``use_deterministic_algorithms`` docstring (1.8.0 ...).
@@ -57,6 +58,15 @@ def snapshot_text(version: str) -> str:
 def snapshot_entries(version: str) -> list[Entry]:
     """The promises of release ``version``'s docstring (``UnknownDocVersion`` for a release the project lacks)."""
     return docspec.snapshot_entries(version, TORCH_DOCS)
+
+
+def snapshot_of_release(torch_version: str) -> str | None:
+    """The snapshot that documents ``torch_version``'s release line (``2.14.1+cu130`` -> ``2.14.0``), if kept."""
+    parts = torch_version.split("+")[0].split(".")
+    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return None
+    line = f"{int(parts[0])}.{int(parts[1])}.0"
+    return line if line in doc_versions() else None
 
 
 def load_catalog(sources: Iterable[str], *, doc_version: str | None = None) -> list[Entry]:

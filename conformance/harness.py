@@ -150,6 +150,8 @@ def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObje
         seen = fn(data.draw, case.entry, backend.torch_device(), case.mode)
     except checks.CheckSkipped as skip:
         return _judged(case, expected, Observation(skipped=str(skip), check=True), {})
+    except checks.CheckUnsupported as lack:
+        return _judged(case, expected, Observation(unsupported=str(lack), check=True), {"unsupported": str(lack)})
     except (hypothesis.errors.UnsatisfiedAssumption, hypothesis.errors.StopTest):
         raise
     except Exception as exc:  # noqa: BLE001

@@ -15,8 +15,13 @@ PROFILES = {
 }
 SCALE_FOR_PROFILE = {"dev": "small", "ci": "small", "thorough": "large"}
 
-for _name, _kwargs in PROFILES.items():
-    settings.register_profile(_name, **_kwargs)
+def register() -> None:
+    """(Re-)register the profiles: other code (torch's test utilities) may register its own under our names."""
+    for name, kwargs in PROFILES.items():
+        settings.register_profile(name, **kwargs)
+
+
+register()
 
 
 def load(name: str) -> None:

@@ -123,11 +123,12 @@ def generate_samples(opinfo: Any, device: torch.device, dtype: torch.dtype, requ
     """
     import numpy as np
 
-    fork_devices = [] if device.type == "cpu" else [device.index or 0]
-    fork_type = None if device.type == "cpu" else device.type
+    # On the CPU fork no device generator: an empty device list (device_type keeps its
+    # default, which releases before 2.6 require to be a string).
+    fork = {"devices": []} if device.type == "cpu" else {"devices": [device.index or 0], "device_type": device.type}
     saved_random, saved_numpy = random.getstate(), np.random.get_state()
     try:
-        with torch.random.fork_rng(devices=fork_devices, device_type=fork_type):
+        with torch.random.fork_rng(**fork):
             torch.manual_seed(seed)
             random.seed(seed)
             np.random.seed(seed)

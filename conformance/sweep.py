@@ -13,7 +13,7 @@ Entries whose op the docs do name carry the qualifier ``"documented"`` (see
 :func:`documented_ops`), so that a raise there is told apart from a raise
 nobody wrote down.
 
-The op database needs the ``expecttest`` package (``requirements-sweep.txt``)
+The op database needs the ``expecttest`` package (``requirements-base.txt``)
 and takes seconds to import, so it is imported only when the sweep is asked
 for, and the global state its import touches (RNG seeds, ``sys.argv``
 parsing, frozen ``torch.backends`` flags, warning filters) is put back.
@@ -115,13 +115,18 @@ def _import_op_db() -> list:
     flag_name = "__allow_nonbracketed_mutation_flag"
     allowed_before = flag_globals.get(flag_name, True)
     sys.argv = saved_argv[:1] if saved_argv else ["detconf"]
+    # torch's test utilities register and load Hypothesis profiles of their own
+    # (one of them named "dev", like ours): the chosen profile must survive.
+    from hypothesis import settings
+
+    saved_profile = settings._current_profile
     try:
         from torch.testing._internal.common_methods_invocations import op_db
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc).splitlines()[0]
         raise CatalogError(
             f"the sweep source needs torch's OpInfo database, which failed to import ({missing}): "
-            "pip install -r requirements-sweep.txt (expecttest)"
+            "pip install -r requirements-base.txt (expecttest)"
         ) from None
     finally:
         sys.argv = saved_argv
@@ -130,6 +135,13 @@ def _import_op_db() -> list:
         random.setstate(saved_random)
         np.random.set_state(saved_numpy)
         flag_globals[flag_name] = allowed_before
+        from conformance import profiles
+
+        profiles.register()
+        if saved_profile in profiles.PROFILES:
+            profiles.load(saved_profile)
+        else:
+            settings.load_profile(saved_profile)
     return op_db
 
 

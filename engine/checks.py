@@ -25,6 +25,11 @@ class CheckSkipped(Exception):
     """The behaviour cannot be observed on this machine; the message says why."""
 
 
+class CheckUnsupported(Exception):
+    """The torch under test lacks what the check needs (a dtype, a kernel); the message says what.
+    The verdict is ``unsupported``, never a harness error."""
+
+
 @dataclass
 class CheckObservation:
     """What a check saw for one example.

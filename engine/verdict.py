@@ -69,6 +69,8 @@ def verdict_for(expected: str, obs: Observation, *, listed: bool = True) -> str:
     if obs.error:
         return "harness-error"
     if obs.check:
+        if obs.unsupported:
+            return "unsupported"
         if expected == "observe" or obs.held is None:
             return "recorded"
         return "conforms" if obs.held else "violated"

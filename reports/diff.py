@@ -4,6 +4,11 @@ Cells are matched on (source, doc_version, entry_id, device, mode) -- the torch 
 out so that two torch releases can be compared. A regression is a cell that was ``conforms``
 and now holds any other verdict; a cell that disappeared is reported, and counts as a
 regression only with ``strict=True``.
+
+Between two torch releases a change has one of two causes, and the diff names it:
+``docs`` when the documented promise changed (the cell's ``expected`` differs, or the entry
+entered or left the docs), ``behaviour`` when the promise is the same and torch behaves
+differently. A promise that changed with the verdict unchanged is listed too.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ class Diff:
     removed_entries: list[tuple] = field(default_factory=list)
     added_cells: list[tuple] = field(default_factory=list)  # (cell, verdict)
     removed_cells: list[tuple] = field(default_factory=list)  # (cell, verdict)
-    changed: list[tuple] = field(default_factory=list)  # (cell, before, after)
+    changed: list[tuple] = field(default_factory=list)  # (cell, before, after, cause)
+    promises: list[tuple] = field(default_factory=list)  # (cell, expected before, expected after, verdict)
     fingerprints: list[tuple] = field(default_factory=list)  # (cell, [example], compared)
     regressions: list[tuple] = field(default_factory=list)  # (cell, before, after or None)
 
@@ -56,6 +62,13 @@ def _cells(results: Results) -> dict[Cell, dict]:
 def _fingerprints(rec: dict) -> dict | None:
     detail = rec.get("detail")
     return detail.get("fingerprints") if isinstance(detail, dict) else None
+
+
+def _cause(before: dict, after: dict) -> str:
+    """``docs: expected X → Y`` when the documented promise of the cell changed, else ``behaviour``."""
+    if before.get("expected") != after.get("expected"):
+        return f"docs: expected {before.get('expected')} → {after.get('expected')}"
+    return "behaviour"
 
 
 def compare(a: Results, b: Results, *, strict: bool = False) -> Diff:
@@ -87,10 +100,13 @@ def compare(a: Results, b: Results, *, strict: bool = False) -> Diff:
             if strict and before["verdict"] == "conforms":
                 diff.regressions.append((cell, "conforms", None))
             continue
+        cause = _cause(before, after)
         if before["verdict"] != after["verdict"]:
-            diff.changed.append((cell, before["verdict"], after["verdict"]))
+            diff.changed.append((cell, before["verdict"], after["verdict"], cause))
             if before["verdict"] == "conforms":
                 diff.regressions.append((cell, "conforms", after["verdict"]))
+        elif cause.startswith("docs"):
+            diff.promises.append((cell, before.get("expected"), after.get("expected"), after["verdict"]))
         fa, fb = _fingerprints(before), _fingerprints(after)
         if fa and fb:
             shared = sorted(set(fa) & set(fb), key=lambda k: (len(str(k)), str(k)))
@@ -126,10 +142,10 @@ def render(diff: Diff, path_a: str, path_b: str) -> list[str]:
         return ", ".join(f"{v} {n}" for v, n in sorted(counts.items()))
 
     if diff.added_entries:
-        lines.append(f"entries added ({len(diff.added_entries)}):")
+        lines.append(f"entries added ({len(diff.added_entries)}; docs):")
         lines += [f"  + {_entry_name(e)}: {tally(c)}" for e, c in diff.added_entries]
     if diff.removed_entries:
-        lines.append(f"entries removed ({len(diff.removed_entries)}):")
+        lines.append(f"entries removed ({len(diff.removed_entries)}; docs):")
         lines += [f"  - {_entry_name(e)}: was {tally(c)}" for e, c in diff.removed_entries]
     if diff.added_cells:
         lines.append(f"cells added ({len(diff.added_cells)}):")
@@ -139,12 +155,18 @@ def render(diff: Diff, path_a: str, path_b: str) -> list[str]:
         lines += [f"  - {_entry_name(c.entry)} [{c.column}]: was {v}" for c, v in diff.removed_cells]
     if diff.changed:
         regressed = {r[0] for r in diff.regressions}
-        lines.append(f"verdicts changed ({len(diff.changed)}):")
+        causes = Counter("docs" if cause.startswith("docs") else cause for *_, cause in diff.changed)
+        lines.append(f"verdicts changed ({len(diff.changed)}; "
+                     + ", ".join(f"{n} {k}" for k, n in sorted(causes.items())) + "):")
         lines += [
-            f"  ~ {_entry_name(c.entry)} [{c.column}]: {before} → {after}"
+            f"  ~ {_entry_name(c.entry)} [{c.column}]: {before} → {after} ({cause})"
             + ("  REGRESSION" if c in regressed else "")
-            for c, before, after in diff.changed
+            for c, before, after, cause in diff.changed
         ]
+    if diff.promises:
+        lines.append(f"promises changed, verdict unchanged ({len(diff.promises)}; docs):")
+        lines += [f"  = {_entry_name(c.entry)} [{c.column}]: expected {old} → {new}, still {verdict}"
+                  for c, old, new, verdict in diff.promises]
     if diff.fingerprints:
         lines.append(f"fingerprints changed ({len(diff.fingerprints)} cells; comparable when both runs "
                      "drew the same examples: same Hypothesis profile and seed):")
@@ -154,7 +176,7 @@ def render(diff: Diff, path_a: str, path_b: str) -> list[str]:
             for c, moved, compared in diff.fingerprints
         ]
     if not any((diff.added_entries, diff.removed_entries, diff.added_cells,
-                diff.removed_cells, diff.changed, diff.fingerprints)):
+                diff.removed_cells, diff.changed, diff.promises, diff.fingerprints)):
         lines.append("no differences")
     if diff.regressions:
         lines.append(f"REGRESSED: {len(diff.regressions)} cell(s) no longer conform")

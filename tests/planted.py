@@ -87,3 +87,26 @@ def wrong_when_deterministic(draw, entry, case, device):
         return x * (3.0 if torch.are_deterministic_algorithms_enabled() else 2.0)
 
     return Program(fn=fn, inputs={"x": _x(draw, device) + 1}, describe="deterministic but wrong")
+
+
+# Checks ------------------------------------------------------------------------
+
+from engine.checks import CheckObservation, CheckUnsupported, check  # noqa: E402
+
+
+@check("planted.lacks_a_dtype", source="planted")
+def lacks_a_dtype(draw, entry, device, mode):
+    """A torch that cannot make the dtype the promise is about."""
+    draw(st.integers(0, 3))
+    raise CheckUnsupported("complex32: \"fill_empty_deterministic_\" not implemented for 'ComplexHalf'")
+
+
+@check("planted.check_crashes", source="planted")
+def check_crashes(draw, entry, device, mode):
+    draw(st.integers(0, 3))
+    raise KeyError("our bug")
+
+
+@check("planted.promise_broken", source="planted")
+def promise_broken(draw, entry, device, mode):
+    return CheckObservation(held=draw(st.integers(0, 3)) > 10, observed="broken")

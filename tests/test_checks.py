@@ -7,12 +7,18 @@
   seed) turn the verdict red;
 - global state comes back even when a check raises midway;
 - malformed catalogs raise CatalogError naming the file.
+
+Expectations follow what the installed torch can do (``tests/capabilities.py``):
+a check may report ``unsupported`` only where a probe shows this torch lacks
+the capability, and a test that needs a missing capability skips naming it.
 """
 from __future__ import annotations
 
 import json
 import os
 import random
+import sys
+import types
 from typing import Any
 
 import numpy as np
@@ -22,11 +28,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import checks as check_registry
-from engine.checks import CheckObservation, CheckSkipped, check_for, has_check
+from engine.checks import CheckObservation, CheckSkipped, CheckUnsupported, check_for, has_check
 from engine.entry import CatalogError
 import conformance.registry  # noqa: F401  (registers the checks)
 from conformance.checks import CATALOG_FILES, CHECK_SOURCES, load_check_entries
 from engine.determinism import capture_state, preserved_global_state
+from conformance.checks import uninitialized_memory
+from tests.capabilities import (
+    UDA_SETS_INDUCTOR,
+    can_make_uninitialized,
+    has_inductor_deterministic,
+    kernel_missing_for,
+    require_inductor_deterministic,
+    use_deterministic_algorithms_sets_inductor,
+)
 
 CPU = torch.device("cpu")
 MODES = ("error", "warn_only", "off")
@@ -61,6 +76,12 @@ SUBPROCESS_CHECKS = {"fill_uninitialized_memory:default", "manual_seed[fresh-pro
 COSTLY_CHECKS = {"torch.compile:deterministic"}
 DATALOADER_CHECKS = {e.id for e in ALL_ENTRIES if e.list_name == "dataloader"}
 
+# Checks of Inductor's deterministic setting: unsupported where torch has none.
+INDUCTOR_SETTING_CHECKS = {
+    "use_deterministic_algorithms->inductor.config.deterministic",
+    "set_deterministic_debug_mode->inductor.config.deterministic",
+}
+
 
 def expected_held(entry, mode: str) -> bool | None:
     if entry.id in KNOWN_VIOLATIONS and mode in KNOWN_VIOLATIONS[entry.id]:
@@ -70,10 +91,16 @@ def expected_held(entry, mode: str) -> bool | None:
     return True
 
 
-def observe(entry, mode: str, examples: int, device: torch.device = CPU) -> list[CheckObservation | CheckSkipped]:
-    """Run the entry's check under Hypothesis, as the generated tests will."""
+Seen = CheckObservation | CheckSkipped | CheckUnsupported
+
+
+def observe(entry, mode: str, examples: int, device: torch.device = CPU) -> list[Seen]:
+    """Run the entry's check under Hypothesis, as the generated tests will.
+
+    A :class:`CheckUnsupported` is kept with what the example drew (``.draws``,
+    by label), so a test can ask whether this torch really lacks the capability."""
     fn = check_for(entry.source, entry.id)
-    seen: list[CheckObservation | CheckSkipped] = []
+    seen: list[Seen] = []
 
     @settings(
         max_examples=examples,
@@ -85,14 +112,69 @@ def observe(entry, mode: str, examples: int, device: torch.device = CPU) -> list
     )
     @given(st.data())
     def run(data):
+        draws: dict[str, Any] = {}
+
+        def draw(strategy, label=None):
+            value = data.draw(strategy, label=label)
+            draws[label] = value
+            return value
+
         try:
-            seen.append(fn(data.draw, entry, device, mode))
+            seen.append(fn(draw, entry, device, mode))
         except CheckSkipped as skipped:
             seen.append(skipped)
+        except CheckUnsupported as lack:
+            lack.draws = dict(draws)
+            seen.append(lack)
 
     run()
     assert seen, f"{entry.id}: no example ran"
     return seen
+
+
+def _fill_op(entry) -> tuple[str, bool]:
+    """(op, fill flag) of a fill check: ``fill_uninitialized_memory:empty[complex]`` -> ("empty", True)."""
+    head, op = entry.id.split(":", 1)
+    return op.split("[", 1)[0], head == "fill_uninitialized_memory"
+
+
+def unfillable(entry, mode: str, lack: CheckUnsupported) -> bool:
+    """The unsupported example drew a dtype for which this torch cannot make the op's
+    uninitialized memory under the same mode and fill flag (probed)."""
+    dtype = getattr(lack, "draws", {}).get("dtype")
+    op, fill = _fill_op(entry)
+    return (isinstance(dtype, torch.dtype) and kernel_missing_for(str(lack), [dtype]) is dtype
+            and not can_make_uninitialized(dtype, op, deterministic=mode != "off", fill=fill))
+
+
+def assert_unsupported_only_where_torch_lacks_it(entry, mode: str, results) -> list[Seen]:
+    """Every ``unsupported`` is backed by a probe; return the other results."""
+    lacking = [r for r in results if isinstance(r, CheckUnsupported)]
+    for lack in lacking:
+        if entry.id in INDUCTOR_SETTING_CHECKS:
+            assert not has_inductor_deterministic(), f"{entry.id}: unsupported, but torch has it: {lack}"
+            assert "torch._inductor.config.deterministic" in str(lack), lack
+        elif entry.id.startswith("fill_uninitialized_memory"):
+            assert unfillable(entry, mode, lack), f"{entry.id}: unsupported for a dtype this torch fills: {lack} {getattr(lack, 'draws', {})}"
+        else:
+            raise AssertionError(f"{entry.id}: unsupported, but nothing this torch lacks explains it: {lack}")
+    return [r for r in results if not isinstance(r, CheckUnsupported)]
+
+
+@pytest.fixture
+def fillable_dtypes_only(monkeypatch):
+    """Make the fill checks draw only dtypes this torch can fill under deterministic mode
+    (probed before any test plants a fault in ``torch.empty``); skip a class that has none."""
+
+    def restrict(cls: str, op: str) -> list[torch.dtype]:
+        fillable = [d for d in uninitialized_memory.DTYPE_CLASSES[cls] if can_make_uninitialized(d, op)]
+        if not fillable:
+            pytest.skip(f"torch {torch.__version__} cannot fill {op}'s memory for any {cls} dtype "
+                        "under deterministic mode (no fill kernel)")
+        monkeypatch.setitem(uninitialized_memory.DTYPE_CLASSES, cls, fillable)
+        return fillable
+
+    return restrict
 
 
 def full_state() -> dict[str, Any]:
@@ -180,6 +262,8 @@ def _plan() -> list[tuple[Any, str, int]]:
 
 @pytest.mark.parametrize(("entry", "mode", "examples"), _plan(), ids=lambda v: v.id if hasattr(v, "id") else str(v))
 def test_check_on_cpu(entry, mode, examples):
+    if entry.id in INDUCTOR_SETTING_CHECKS:
+        require_inductor_deterministic()  # without it: test_inductor_checks_are_unsupported_without_the_setting
     before = full_state()
     results = observe(entry, mode, examples)
     assert full_state() == before, f"{entry.id} ({mode}) left global state changed"
@@ -189,12 +273,34 @@ def test_check_on_cpu(entry, mode, examples):
         return
     skipped = [r for r in results if isinstance(r, CheckSkipped)]
     assert not skipped, f"{entry.id} skipped on CPU: {skipped[0]}"
+    results = assert_unsupported_only_where_torch_lacks_it(entry, mode, results)
+    if not results:
+        pytest.skip(f"{entry.id}: every drawn example needs a dtype for which torch {torch.__version__} "
+                    "cannot fill uninitialized memory under deterministic mode (no fill kernel)")
     want = expected_held(entry, mode)
     for obs in results:
         assert isinstance(obs, CheckObservation)
         assert obs.held is want, f"{entry.id} ({mode}): held={obs.held!r}, expected {want!r}; {obs.observed}: {obs.detail}"
         assert isinstance(obs.observed, str) and obs.observed
         json.dumps(obs.detail)  # JSON-safe evidence
+
+
+@pytest.mark.parametrize("entry_id", sorted(INDUCTOR_SETTING_CHECKS))
+def test_inductor_checks_are_unsupported_without_the_setting(monkeypatch, entry_id):
+    # A release without the setting (2.5.1) is the real thing; elsewhere plant the
+    # absence: an Inductor config module that has no ``deterministic``.
+    if has_inductor_deterministic():
+        import torch._inductor
+
+        absent = types.ModuleType("torch._inductor.config")
+        monkeypatch.setattr(torch._inductor, "config", absent)
+        monkeypatch.setitem(sys.modules, "torch._inductor.config", absent)
+    assert not has_inductor_deterministic()
+    before = full_state()
+    results = observe(BY_ID[entry_id], "error", 2)
+    assert full_state() == before
+    assert all(isinstance(r, CheckUnsupported) for r in results), results
+    assert all("torch._inductor.config.deterministic" in str(r) for r in results)
 
 
 def test_cuda_checks_skip_on_a_cuda_device_that_is_absent():
@@ -210,8 +316,10 @@ def test_cuda_checks_skip_on_a_cuda_device_that_is_absent():
 # Facts the checks record on this torch (the report quotes them)
 
 
-def test_fill_checks_see_nan_and_max_in_deterministic_mode():
+def test_fill_checks_see_nan_and_max_in_deterministic_mode(fillable_dtypes_only):
     for op in ("empty", "resize_"):
+        fillable_dtypes_only("integer", op)
+        fillable_dtypes_only("complex", op)
         (obs,) = observe(BY_ID[f"fill_uninitialized_memory:{op}[integer]"], "error", 1)
         assert obs.observed == "filled-max"
         (obs,) = observe(BY_ID[f"fill_uninitialized_memory:{op}[complex]"], "warn_only", 1)
@@ -296,8 +404,9 @@ def _zeroing_resize_(original):
 
 @pytest.mark.parametrize("op", ["empty", "empty_like", "empty_strided", "new_empty", "resize_"])
 @pytest.mark.parametrize("cls", ["floating", "complex", "integer"])
-def test_fault_an_empty_that_returns_zeros(monkeypatch, op, cls):
+def test_fault_an_empty_that_returns_zeros(monkeypatch, fillable_dtypes_only, op, cls):
     entry = BY_ID[f"fill_uninitialized_memory:{op}[{cls}]"]
+    fillable_dtypes_only(cls, op)  # the fault must be caught on every dtype torch can fill
     if op == "empty":
         monkeypatch.setattr(torch, "empty", lambda *a, **k: _real_zeros(*a, **k))
     elif op == "empty_like":
@@ -362,9 +471,10 @@ def _unusual_state():
     """A starting state unlike anything the checks set, so a leak shows."""
     torch.use_deterministic_algorithms(False, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = False
-    import torch._inductor.config as inductor_config
+    if has_inductor_deterministic():  # a torch without the setting cannot have it set (nor leak it)
+        import torch._inductor.config as inductor_config
 
-    inductor_config.deterministic = "sentinel"
+        inductor_config.deterministic = "sentinel"
 
 
 @pytest.mark.parametrize(
@@ -384,6 +494,8 @@ def _unusual_state():
 )
 def test_state_restored_when_a_check_raises_midway(monkeypatch, entry_id, target, name):
     entry = BY_ID[entry_id]
+    if entry_id in INDUCTOR_SETTING_CHECKS:
+        require_inductor_deterministic()  # without it the check stops (unsupported) before the planted call
     with preserved_global_state(rng=True):
         _unusual_state()
         before = full_state()
@@ -394,8 +506,8 @@ def test_state_restored_when_a_check_raises_midway(monkeypatch, entry_id, target
         assert full_state() == before
 
 
-def test_guard_restores_cudnn_flags_env_and_cuda_related_state():
-    os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+def test_guard_restores_cudnn_flags_env_and_cuda_related_state(monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # put back after the test
     before = full_state()
     with pytest.raises(Planted):
         with preserved_global_state(rng=True):
@@ -414,6 +526,10 @@ def test_guard_restores_cudnn_flags_env_and_cuda_related_state():
 
 def test_use_deterministic_algorithms_leaks_inductor_setting_on_rejected_mode():
     # Recorded fact of torch 2.13.0: the rejected call has already set Inductor's flag.
+    # Only a torch whose use_deterministic_algorithms sets that flag can leak it.
+    require_inductor_deterministic()
+    if not use_deterministic_algorithms_sets_inductor():
+        pytest.skip(f"torch {torch.__version__} lacks {UDA_SETS_INDUCTOR}")
     results = observe(BY_ID["use_deterministic_algorithms[mode-not-bool]"], "off", 3)
     assert all(r.held is True for r in results)
     assert all("inductor-config-changed" in r.observed for r in results)

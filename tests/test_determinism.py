@@ -5,7 +5,9 @@ import random
 import pytest
 import torch
 
+from engine import determinism
 from engine.determinism import GUARDED_ENV_VARS, current_state, deterministic_mode, preserved_global_state
+from tests.capabilities import has_inductor_deterministic, require_inductor_deterministic
 
 
 @pytest.fixture(autouse=True)
@@ -56,6 +58,7 @@ def test_unknown_mode_rejected_without_side_effects():
 
 
 def test_inductor_setting_environment_and_rng_come_back():
+    require_inductor_deterministic()
     import torch._inductor.config as inductor_config
 
     before = current_state()
@@ -74,6 +77,7 @@ def test_inductor_setting_environment_and_rng_come_back():
 
 
 def test_the_guard_sees_a_leak_it_did_not_restore():
+    require_inductor_deterministic()
     import torch._inductor.config as inductor_config
 
     before = current_state()
@@ -82,3 +86,22 @@ def test_the_guard_sees_a_leak_it_did_not_restore():
         assert current_state() != before  # what the guard compares is what it restores
     finally:
         inductor_config.deterministic = not inductor_config.deterministic
+
+
+def test_environment_and_rng_come_back_without_the_inductor_setting(monkeypatch):
+    # The guard's sentinel path: a torch without Inductor's deterministic setting
+    # still restores everything else. Elsewhere the setting is hidden from the guard.
+    if has_inductor_deterministic():
+        monkeypatch.setattr(determinism, "_inductor_config", lambda: None)
+    before = current_state()
+    assert before.summary()["inductor_deterministic"] is None
+    torch_rng = torch.default_generator.get_state()
+    with deterministic_mode("error", rng=True):
+        torch.utils.deterministic.fill_uninitialized_memory = not torch.utils.deterministic.fill_uninitialized_memory
+        for name in GUARDED_ENV_VARS:
+            os.environ[name] = "planted"
+        torch.manual_seed(1234)
+        torch.rand(3)
+    assert current_state() == before
+    assert all(os.environ.get(name) == before.env[name] for name in GUARDED_ENV_VARS)
+    assert torch.equal(torch.default_generator.get_state(), torch_rng)

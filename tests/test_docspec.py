@@ -95,16 +95,28 @@ def test_2_13_counts():
     assert sum(e.promise == "raises" for e in entries) == 25
 
 
-def test_installed_docstring_parses_like_the_2_13_snapshot():
+def test_installed_docstring_is_its_release_snapshot():
     torch = pytest.importorskip("torch")
-    if not torch.__version__.startswith("2.13.0"):
-        pytest.skip(f"installed torch is {torch.__version__}, the snapshot comparison is for 2.13.0")
+    from conformance.catalog import snapshot_of_release
     from engine.docspec import installed_entries
 
+    release = snapshot_of_release(torch.__version__)
+    if release is None:
+        pytest.skip(f"no docstring snapshot of the release line of torch {torch.__version__}")
     installed = installed_entries()
     assert all(e.doc_version is None for e in installed)
-    assert [dataclasses.replace(e, doc_version="2.13.0") for e in installed] == snapshot_entries("2.13.0")
-    assert inspect.cleandoc(torch.use_deterministic_algorithms.__doc__).strip() == snapshot_text("2.13.0").strip()
+    assert [dataclasses.replace(e, doc_version=release) for e in installed] == snapshot_entries(release)
+    assert inspect.cleandoc(torch.use_deterministic_algorithms.__doc__).strip() == snapshot_text(release).strip()
+
+
+@pytest.mark.parametrize("version,release", [
+    ("2.14.1+cu130", "2.14.0"), ("2.5.1", "2.5.0"), ("2.13.0+cpu", "2.13.0"), ("1.8.2", "1.8.0"),
+    ("2.16.0a0+git1", None), ("3.0.0", None), ("nonsense", None),
+])
+def test_a_release_maps_to_the_snapshot_of_its_line(version, release):
+    from conformance.catalog import snapshot_of_release
+
+    assert snapshot_of_release(version) == release
 
 
 def test_indented_docstring_parses_like_the_snapshot():

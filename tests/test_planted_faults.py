@@ -127,3 +127,20 @@ def test_derandomized_cases_draw_the_same_examples_every_time():
     again = run("planted.deterministic", "deterministic", "error")
     assert first["detail"]["fingerprints"] == again["detail"]["fingerprints"]
     assert len(set(first["detail"]["fingerprints"].values())) > 1, "examples vary within a case"
+
+
+@pytest.mark.parametrize("check_id,mode,verdict,observed", [
+    ("planted.lacks_a_dtype", "error", "unsupported", "unsupported"),
+    ("planted.lacks_a_dtype", "off", "unsupported", "unsupported"),
+    ("planted.check_crashes", "error", "harness-error", "error"),
+    ("planted.promise_broken", "error", "violated", "broken"),
+    ("planted.promise_broken", "off", "recorded", "broken"),
+])
+def test_check_outcomes_go_through_the_one_verdict(check_id, mode, verdict, observed):
+    from engine.entry import Entry
+
+    entry = Entry(id=check_id, op=check_id, sentence="planted", promise="behaves", source="planted")
+    row = judge(Case(entry, "cpu", mode), CPU, hypothesis_settings=FAST)
+    assert (row["verdict"], row["observed"]) == (verdict, observed)
+    if verdict == "unsupported":
+        assert "ComplexHalf" in row["detail"]["unsupported"]

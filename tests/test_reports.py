@@ -372,8 +372,8 @@ def test_diff_regression_exits_1(tmp_path):
                                      row("index_add_", torch_version="2.14.0")])
     proc = run_cli("diff", a, b)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "put_ (torch-docs) [cpu/error]: conforms → nondeterministic  REGRESSION" in proc.stdout
-    assert "index_add_ (torch-docs) [cpu/error]: missing-raise → conforms" in proc.stdout
+    assert "put_ (torch-docs) [cpu/error]: conforms → nondeterministic (behaviour)  REGRESSION" in proc.stdout
+    assert "index_add_ (torch-docs) [cpu/error]: missing-raise → conforms (behaviour)" in proc.stdout
     assert "REGRESSED: 1 cell(s)" in proc.stdout
 
 
@@ -383,10 +383,28 @@ def test_diff_without_regression_exits_0(tmp_path):
     code, lines = diff_main(a, b)
     assert code == 0
     text = "\n".join(lines)
-    assert "entries added (1):\n  + new_op (torch-docs): stale-doc 1" in text
-    assert "entries removed (1):\n  - old_op (torch-docs): was conforms 1" in text
+    assert "entries added (1; docs):\n  + new_op (torch-docs): stale-doc 1" in text
+    assert "entries removed (1; docs):\n  - old_op (torch-docs): was conforms 1" in text
     assert text.endswith("no regression")
     assert run_cli("diff", a, a).returncode == 0
+
+
+def test_diff_names_doc_changes_apart_from_behaviour_changes(tmp_path):
+    a = write(tmp_path / "a.jsonl", [header(), row("cumsum", expected="raises", observed="raised", promise="raises"),
+                                     row("mm", expected="raises"), row("put_")])
+    b = write(tmp_path / "b.jsonl", [header("run-2"),
+                                     row("cumsum", torch_version="2.14.1", verdict="conforms"),
+                                     row("mm", torch_version="2.14.1", verdict="stale-doc", expected="raises"),
+                                     row("put_", torch_version="2.14.1", verdict="undocumented-raise",
+                                         expected="raises")])
+    code, lines = diff_main(a, b)
+    text = "\n".join(lines)
+    assert "verdicts changed (2; 1 behaviour, 1 docs):" in text
+    assert "mm (torch-docs) [cpu/error]: conforms → stale-doc (behaviour)  REGRESSION" in text
+    assert "put_ (torch-docs) [cpu/error]: conforms → undocumented-raise (docs: expected deterministic → raises)" in text
+    assert ("promises changed, verdict unchanged (1; docs):\n"
+            "  = cumsum (torch-docs) [cpu/error]: expected raises → deterministic, still conforms") in text
+    assert code == 1
 
 
 def test_diff_removed_cell_is_a_regression_only_when_strict(tmp_path):

@@ -10,6 +10,7 @@ that a missing op database is a one-line catalog error.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,11 +19,12 @@ from hypothesis import strategies as st
 
 from conformance import recipes_sweep, sweep
 from engine import docspec
-from engine.entry import CatalogError, Entry
 import conformance.registry  # noqa: F401  (registers the recipes)
+from engine.entry import CatalogError, Entry
 from engine.program import Program, RecipeSkipped, recipe_for
 from engine.runner import DETERMINISM_ALERT, observe
 
+ROOT = Path(__file__).resolve().parent.parent
 CPU = torch.device("cpu")
 EXAMPLES = settings(max_examples=4, derandomize=True, database=None, deadline=None,
                     suppress_health_check=list(HealthCheck))
@@ -145,7 +147,7 @@ def test_missing_op_database_is_a_one_line_catalog_error(monkeypatch):
     with pytest.raises(CatalogError) as info:
         sweep.sweep_entries([])
     message = str(info.value)
-    assert "\n" not in message and "expecttest" in message and "requirements-sweep.txt" in message
+    assert "\n" not in message and "expecttest" in message and "requirements-base.txt" in message
     assert sys.argv == argv
 
 
@@ -358,3 +360,17 @@ def test_uninitialized_outputs_are_marked(entries):
     assert program.meta["uninitialized"]
     program = recipe_for("opinfo:zeros_like")(lambda strategy: 0, entries["zeros_like"], {}, CPU)
     assert not program.meta["uninitialized"]
+
+
+@pytest.mark.parametrize("profile,max_examples,derandomize", [("ci", 6, True), ("thorough", 100, False)])
+def test_loading_the_op_database_keeps_the_chosen_hypothesis_profile(profile, max_examples, derandomize):
+    import subprocess
+    import sys
+
+    code = (f"from conformance import profiles; profiles.load({profile!r})\n"
+            "from conformance.sweep import load_op_db; load_op_db()\n"
+            "from hypothesis import settings; s = settings()\n"
+            "print(settings._current_profile, s.max_examples, s.derandomize)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-500:]
+    assert out.stdout.split() == [profile, str(max_examples), str(derandomize)]

@@ -117,6 +117,7 @@ OBSERVATION_CLASSES = {
     "check-held": Observation(check=True, held=True),
     "check-broken": Observation(check=True, held=False),
     "check-informational": Observation(check=True, held=None),
+    "check-unsupported": Observation(check=True, unsupported="complex32: not implemented for 'ComplexHalf'"),
     "raised-every-run": Observation(runs=2, raised="a", raised_runs=2),
     "raised-some-runs": Observation(runs=2, raised="a", raised_runs=1),
     "unsupported": Observation(runs=2, unsupported="not implemented"),
@@ -135,6 +136,7 @@ harness-error            harness-error      harness-error harness-error    harne
 check-held               conforms           conforms      conforms         conforms           conforms           conforms  recorded
 check-broken             violated           violated      violated         violated           violated           violated  recorded
 check-informational      recorded           recorded      recorded         recorded           recorded           recorded  recorded
+check-unsupported        unsupported        unsupported   unsupported      unsupported        unsupported        unsupported unsupported
 raised-every-run         undocumented-raise conforms      undocumented-raise conforms         undocumented-raise !         harness-error
 raised-some-runs         undocumented-raise missing-raise undocumented-raise undocumented-raise undocumented-raise !      harness-error
 unsupported              unsupported        unsupported   unsupported      unsupported        unsupported        !         unsupported

@@ -239,11 +239,15 @@ def _rejects(call, expected: tuple[type[BaseException], ...], argument: Any) -> 
 
 
 def _inductor_deterministic() -> str | None:
+    """Inductor's deterministic setting (repr); None where torch has no Inductor or no such setting
+    (``hasattr``: on releases without the key, reading it raises AttributeError)."""
     try:
         import torch._inductor.config as inductor_config
     except Exception:
         return None
-    return repr(getattr(inductor_config, "deterministic", None))
+    if not hasattr(inductor_config, "deterministic"):
+        return None
+    return repr(inductor_config.deterministic)
 
 
 _NOT_STR_OR_INT = st.one_of(

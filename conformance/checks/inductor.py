@@ -7,10 +7,15 @@ affect numerics." The installed torch exposes that mode as
 ``torch._inductor.config.deterministic``. ``set_deterministic_debug_mode`` is
 documented as "an alternative interface for torch.use_deterministic_algorithms".
 
+On a torch without ``torch._inductor.config.deterministic`` the two config
+checks raise :class:`~engine.checks.CheckUnsupported` (verdict ``unsupported``):
+the release lacks the feature, the machine is not at fault.
+
 The compile check runs a ``torch.compile``d function over ops from the
-docstring's deterministic list twice on the same inputs. It is skipped, with
-the reason, where compile cannot run (no TorchDynamo support, no C++ compiler
-for CPU, no Triton for CUDA).
+docstring's deterministic list twice on the same inputs; it records Inductor's
+setting where the release has one. It is skipped, with the reason, where
+compile cannot run (no TorchDynamo support, no C++ compiler for CPU, no Triton
+for CUDA).
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from typing import Any, Callable
 import torch
 from hypothesis import strategies as st
 
-from engine.checks import CheckObservation, CheckSkipped, check
+from engine.checks import CheckObservation, CheckSkipped, CheckUnsupported, check
 
 from engine.determinism import apply_mode as enter_mode
 from engine.determinism import mode_is_on, preserved_global_state
@@ -32,14 +37,28 @@ from ._support import REPRO_NOTES, tensor_bytes
 DEBUG_SPELLINGS = {"error": ("error", 2), "warn_only": ("warn", 1), "off": ("default", 0)}
 
 
-def _inductor_config():
+def _import_inductor_config():
     try:
         import torch._inductor.config as inductor_config
     except Exception as exc:
         raise CheckSkipped(f"torch._inductor.config cannot be imported: {type(exc).__name__}: {exc}") from None
-    if not hasattr(inductor_config, "deterministic"):
-        raise CheckSkipped(f"torch {torch.__version__} has no torch._inductor.config.deterministic")
     return inductor_config
+
+
+def _inductor_config():
+    """``torch._inductor.config``, which must have the ``deterministic`` setting.
+
+    ``hasattr``, not ``getattr``: where the key is missing, reading it raises AttributeError."""
+    inductor_config = _import_inductor_config()
+    if not hasattr(inductor_config, "deterministic"):
+        raise CheckUnsupported(f"torch {torch.__version__} has no torch._inductor.config.deterministic")
+    return inductor_config
+
+
+def _inductor_setting() -> str:
+    """Inductor's deterministic setting as recorded evidence; ``"absent"`` where the release has none."""
+    inductor_config = _import_inductor_config()
+    return repr(inductor_config.deterministic) if hasattr(inductor_config, "deterministic") else "absent"
 
 
 def _config_follows(set_mode: Callable[[], Any], mode: str, call: str) -> CheckObservation:
@@ -142,7 +161,7 @@ def compiled_function_repeats(draw, entry, device: torch.device, mode: str) -> C
     src = torch.randn(UPDATES, COLS, generator=g).to(device)
     with preserved_global_state():
         enter_mode(mode)
-        inductor_on = getattr(_inductor_config(), "deterministic", None)
+        inductor_on = _inductor_setting()
         fn = _compiled(device)
         started = time.perf_counter()
         first = [tensor_bytes(t) for t in fn(x.clone(), index, index2d, src)]
@@ -158,7 +177,7 @@ def compiled_function_repeats(draw, entry, device: torch.device, mode: str) -> C
             "distinct_indices": bins,
             "shape": [ROWS, COLS],
             "updates": UPDATES,
-            "inductor_deterministic": repr(inductor_on),
+            "inductor_deterministic": inductor_on,
             "first_call_s": round(first_s, 3),
             "differing": differing,
         },

@@ -15,10 +15,11 @@ from typing import Any, Callable
 import torch
 from hypothesis import strategies as st
 
-from engine.checks import CheckObservation, check
+from engine.checks import CheckObservation, CheckUnsupported, check
 from engine.child import run_in_child
 from engine.determinism import apply_mode as enter_mode
 from engine.determinism import mode_is_on, preserved_global_state
+from engine.runner import UNSUPPORTED
 
 from ._support import REPRO_NOTES, dense_cpu, dtype_supported, preview
 
@@ -92,6 +93,16 @@ def _make(op: str, draw, dtype: torch.dtype, device: torch.device) -> tuple[Call
     raise ValueError(f"unknown fill op {op!r}")
 
 
+def _uninitialized(build: Callable[[], torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """``build()``; a torch that cannot make (or fill) this dtype's uninitialized memory is unsupported."""
+    try:
+        return build()
+    except (RuntimeError, NotImplementedError, TypeError) as exc:
+        if UNSUPPORTED.search(str(exc)):
+            raise CheckUnsupported(f"{dtype}: {str(exc).splitlines()[0][:300]}") from None
+        raise
+
+
 def classify(t: torch.Tensor) -> dict[str, Any]:
     """What the uninitialized elements hold: counts of NaN, of the integer
     maximum and of zeros, and a short preview."""
@@ -131,7 +142,7 @@ def _fill_on_check(op: str, cls: str):
         with preserved_global_state():
             enter_mode(mode)
             torch.utils.deterministic.fill_uninitialized_memory = True
-            summary = classify(build())
+            summary = classify(_uninitialized(build, dtype))
         observed = _observed(summary)
         want = "filled-nan" if cls in ("floating", "complex") else "filled-max"
         return CheckObservation(
@@ -151,7 +162,7 @@ def _fill_off_check(op: str):
         with preserved_global_state():
             enter_mode(mode)
             torch.utils.deterministic.fill_uninitialized_memory = False
-            summary = classify(build())
+            summary = classify(_uninitialized(build, dtype))
         return CheckObservation(
             held=None,
             observed=_observed(summary),
