@@ -362,15 +362,22 @@ def test_uninitialized_outputs_are_marked(entries):
     assert not program.meta["uninitialized"]
 
 
+@pytest.mark.parametrize("ci_env", ["", "1"], ids=["local", "CI-env"])
 @pytest.mark.parametrize("profile,max_examples,derandomize", [("ci", 6, True), ("thorough", 100, False)])
-def test_loading_the_op_database_keeps_the_chosen_hypothesis_profile(profile, max_examples, derandomize):
+def test_loading_the_op_database_keeps_the_chosen_hypothesis_profile(profile, max_examples, derandomize, ci_env):
+    """Under a CI environment variable Hypothesis derandomizes its default profile; ours must not inherit that."""
+    import os
     import subprocess
     import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "GITHUB_ACTIONS")}
+    if ci_env:
+        env["CI"] = ci_env
 
     code = (f"from conformance import profiles; profiles.load({profile!r})\n"
             "from conformance.sweep import load_op_db; load_op_db()\n"
             "from hypothesis import settings; s = settings()\n"
             "print(settings._current_profile, s.max_examples, s.derandomize)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-500:]
     assert out.stdout.split() == [profile, str(max_examples), str(derandomize)]
