@@ -45,6 +45,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "default: all but sweep")
     group.addoption("--doc-version", default=None, metavar="X.Y.Z",
                     help="judge the installed torch against this release's documented promises")
+    group.addoption("--no-complements", action="store_true",
+                    help="leave out the condition complements of torch-docs entries (list 'complement')")
     group.addoption("--results", default=str(DEFAULT_RESULTS), metavar="PATH",
                     help="JSON-lines results file (default: reports/out/results.jsonl)")
     group.addoption("--runs", type=int, default=2, metavar="N", help="runs per example (>= 2; default 2)")
@@ -70,6 +72,10 @@ def _plan(config: pytest.Config):
     sources = config.getoption("--source") or list(DEFAULT_SOURCES)
     modes = config.getoption("--mode") or list(DEFAULT_MODES)
     catalog = load_catalog(sources, doc_version=config.getoption("--doc-version"))
+    if "torch-docs" in sources and not config.getoption("--no-complements"):
+        from conformance.complements import complements
+
+        catalog = catalog + complements(catalog)
     devices = [b.name for b in config._detconf_backends]
     cases = plan(catalog, devices, list(dict.fromkeys(modes)))
     config._detconf_plan = cases

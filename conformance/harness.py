@@ -32,6 +32,7 @@ from engine import checks, program, verdict
 from engine.devices import Backend
 from engine.observation import Observation
 from engine.runner import RunOutcome, compare_values, run_program, run_values
+from engine.trace import top_ops
 
 
 class _NonConforming(Exception):
@@ -79,8 +80,12 @@ def base_row(case: Case, backend: Backend | None, expected: str) -> dict[str, An
             "device": case.device,
             "device_name": backend.describe().get("device_name", "") if backend else "",
             "mode": case.mode,
+            "phase": case.phase,
             "expected": expected,
             "torch_version": str(torch.__version__),
+            "targets": None,
+            "reach": None,
+            "dispatched": {},
         }
     )
     return row
@@ -99,8 +104,20 @@ def _harness_failure(what: str, exc: BaseException, **evidence: Any) -> Observat
     return Observation(error=f"{what}: {type(exc).__name__}: {exc}", **evidence)
 
 
+def _targets(case: Case, kwargs: dict) -> tuple[str, ...] | None:
+    """The case's target operators; None when reach is not judged (an op no sentence names).
+    A documented entry without targets is :class:`~engine.program.NoTargets`."""
+    try:
+        return program.targets_for(case.entry, kwargs, case.device)
+    except program.NoTargets:
+        if verdict.is_listed(case.entry):
+            raise
+        return None
+
+
 def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject, kwargs: dict, runs: int) -> Record:
     recipe = program.recipe_for(case.entry.op)
+    targets = _targets(case, kwargs)
     try:
         prog = recipe(data.draw, case.entry, kwargs, backend.torch_device())
     except program.RecipeSkipped as skip:
@@ -111,7 +128,8 @@ def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
         obs = _harness_failure("recipe failed", exc)
         return _judged(case, expected, obs, {"error": obs.error, "case": kwargs,
                                              "traceback": traceback.format_exc(limit=4)})
-    outcome = run_program(prog, case.mode, runs=runs, synchronize=backend.synchronize, case=kwargs)
+    outcome = run_program(prog, case.mode, runs=runs, synchronize=backend.synchronize, case=kwargs,
+                          targets=targets, phase=case.phase)
     obs = outcome.observation
     if _needs_differential(case, expected, outcome, prog):
         obs.wrong_result = _differential(prog, outcome, backend)
@@ -178,6 +196,14 @@ def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: s
         rec = _judged(case, expected, Observation(error=message, observed="no-recipe"), {"error": message})
         row.update(verdict=rec.verdict, observed=rec.observed, examples=0, runs=0, detail=rec.detail)
         return _finish(row, started)
+    if not is_check:
+        try:
+            for kwargs in case.entry.case_kwargs():
+                _targets(case, kwargs)
+        except program.NoTargets as exc:
+            rec = _judged(case, expected, Observation(error=str(exc), observed="no-target"), {"error": str(exc)})
+            row.update(verdict=rec.verdict, observed=rec.observed, examples=0, runs=0, detail=rec.detail)
+            return _finish(row, started)
 
     examples = 0
     parent = hypothesis_settings or settings()
@@ -188,7 +214,9 @@ def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: s
         records.append(rec)
         if rec.verdict == "skipped":
             raise _SkipCase(rec.detail.get("reason", ""))
-        if rec.verdict in verdict.FAILING:
+        # An example that missed its kernel is no evidence: keep drawing (and, while shrinking
+        # a failure, Hypothesis keeps to examples that still reach and still fail).
+        if rec.verdict in verdict.FAILING and rec.verdict != "not-reached":
             raise _NonConforming(rec.verdict)
 
     @settings(parent, max_examples=max_examples, suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
@@ -200,7 +228,9 @@ def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: s
             keep(_check_record(case, expected, backend, data))
             return
         for kwargs in case.entry.case_kwargs():
-            keep(_op_record(case, expected, backend, data, kwargs, runs))
+            for form in program.forms_for(case.entry):
+                keep(_op_record(case, expected, backend, data, kwargs if form is None else dict(kwargs, form=form),
+                                runs))
 
     if parent.derandomize:
         # Derandomized profiles: each case draws its own fixed stream, keyed by its id
@@ -221,6 +251,7 @@ def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: s
     failing = [r for r in records if r.verdict == final]
     chosen = failing[-1] if failing else records[-1]
     detail.update(chosen.detail)
+    row.update(_reach_fields(records))
     detail["observed_per_example"] = sorted({r.observed for r in records})
     detail["verdicts_per_example"] = {v: sum(r.verdict == v for r in records) for v in sorted({r.verdict for r in records})}
     fingerprints = [r.detail.get("fingerprint") for r in records if r.detail.get("fingerprint")]
@@ -234,6 +265,26 @@ def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: s
         detail=detail,
     )
     return _finish(row, started)
+
+
+def _reach_fields(records: list[Record]) -> dict[str, Any]:
+    """``targets``, ``reach`` (share of judged examples that reached a target) and ``dispatched``
+    (the operators most examples dispatched, name -> examples) over a case's examples."""
+    judged = [r for r in records if r.detail.get("reached") is not None]
+    targets: list[str] = []
+    for r in judged:
+        for t in r.detail.get("targets") or []:
+            if t not in targets:
+                targets.append(t)
+    counts: dict[str, int] = {}
+    for r in records:
+        for op in r.detail.get("dispatched") or {}:
+            counts[op] = counts.get(op, 0) + 1
+    return {
+        "targets": targets or None,
+        "reach": round(sum(bool(r.detail["reached"]) for r in judged) / len(judged), 4) if judged else None,
+        "dispatched": top_ops(counts),
+    }
 
 
 def _finish(row: dict[str, Any], started: float) -> dict[str, Any]:

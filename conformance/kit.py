@@ -45,7 +45,8 @@ from engine.program import Program
 from engine.strategies import DUPLICATE_SHARES, build_indices, build_tensor, float_dtypes, scale_limits, seeds
 
 __all__ = [
-    "NO_HALF", "REPRO_IMPORTS", "Example", "OpFunctionError", "index_put_parts", "ndims_for", "num_indices",
+    "NO_HALF", "REPRO_IMPORTS", "Example", "OpFunctionError", "forward_backward", "nn_module_op", "index_put_parts",
+    "ndims_for", "num_indices",
     "op_source", "pool_input", "shape", "target_side", "window",
 ]
 
@@ -113,6 +114,18 @@ class Example:
         self.inputs: dict[str, torch.Tensor] = {}
         self.lines: list[str] = []
         self.kwargs: dict[str, Any] = {}
+        self.unreachable: str | None = None
+        if "form" in self.case:
+            self.kwargs["form"] = self.case["form"]
+
+    @property
+    def form(self) -> str | None:
+        """The call form this example runs in (declared with ``@recipe(..., forms=...)``), if any."""
+        return self.case.get("form")
+
+    def module_program(self, module: str, *, grads: Sequence[str] = (), note: str = "", **options: Any) -> Program:
+        """The ``nn.Module`` form of a parameter-free module: ``torch.nn.<module>(**options)(x)``."""
+        return self.program(nn_module_op, grads=grads, note=note, module=module, options=options)
 
     # -- small parameters -------------------------------------------------
 
@@ -208,6 +221,8 @@ class Example:
         share = 0.0 if unique else (self.choice(DUPLICATE_SHARES) if duplicates is None else duplicates)
         seed = self.draw(seeds())
         t = build_indices(shape, size, seed, duplicates=share, unique=unique, device=self.device, dtype=dtype)
+        if t.numel() == 0:
+            self.unreachable = "empty index: the kernel returns before it runs"
         src = (f"build_indices({shape!r}, {size}, {seed}, duplicates={share!r}, unique={unique!r}, "
                f"device={str(self.device)!r}, dtype={dtype})")
         if name is None:
@@ -243,6 +258,8 @@ class Example:
             grad_inputs = tuple(g for g in grads if self.inputs[g].is_floating_point() or self.inputs[g].is_complex())
         full_meta = {"source": f"{source}\n\nout = {call}", "kwargs": dict(self.kwargs), "constants": dict(constants),
                      "op_function": op.__name__}
+        if self.unreachable:
+            full_meta["unreachable"] = self.unreachable
         full_meta.update(meta or {})
         return Program(fn=fn, inputs=dict(self.inputs), grad_inputs=grad_inputs, describe=self._describe(note),
                        repro=self._repro(source, call, grad_inputs), meta=full_meta)
@@ -291,6 +308,21 @@ def _literal(value: Any) -> str:
 # Shape helpers shared by recipe modules
 
 
+def nn_module_op(x, *, module, options):
+    """A parameter-free ``torch.nn`` module, built and called: the ``nn.Module`` call form."""
+    return getattr(torch.nn, module)(**options)(x)
+
+
+def forward_backward(forward: Any, backward: Any) -> Callable[[Entry, dict], Any]:
+    """Targets that depend on the entry: ``forward`` for an entry about the op itself,
+    ``backward`` for one about differentiating it."""
+
+    def pick(entry: Entry, case: dict) -> Any:
+        return backward if entry.backward else forward
+
+    return pick
+
+
 def ndims_for(entry: Entry, *, lo: int = 1, hi: int = 3) -> tuple[int, int]:
     """Input dimensionality allowed by the entry's qualifiers ("1d-input", "input dimension larger than one")."""
     quals = " ".join(entry.qualifiers)
@@ -316,7 +348,8 @@ def target_side(ex: Example, lo: int = 1, *, others: int = 1) -> int:
     return ex.side(lo, max(lo, min(cap, ex.limits.max_numel // max(1, others))))
 
 
-def num_indices(ex: Example, lo: int = 0) -> int:
+def num_indices(ex: Example, lo: int = 1) -> int:
+    """How many indices: at least one, since on an empty index kernels return before they run."""
     return ex.integer(lo, ex.limits.max_indices)
 
 
@@ -328,7 +361,7 @@ def index_put_parts(ex: Example, dtype: torch.dtype) -> tuple[int, int]:
     for _ in range(k):
         lead += (target_side(ex, others=math.prod(lead) * math.prod(rest)),)
     ex.tensor("x", lead + rest, dtype, contiguous=None)
-    n = ex.integer(0, min(ex.limits.max_indices, max(1, ex.limits.max_numel // max(1, math.prod(rest)))))
+    n = ex.integer(1, min(ex.limits.max_indices, max(1, ex.limits.max_numel // max(1, math.prod(rest)))))
     if k == 1:
         ex.indices("idx0", n, lead[0])
     else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from detconf.vocabulary import SOURCE_NAMES
+from detconf.vocabulary import DETERMINISTIC_MODES, SOURCE_NAMES
 from engine.entry import CatalogError, Entry
 
 
@@ -44,25 +44,41 @@ def raise_documented_elsewhere(entry: Entry, device_type: str, catalog: Iterable
 
 @dataclass(frozen=True)
 class Case:
-    """One generated test: an entry on one device type in one mode."""
+    """One generated test: an entry on one device type in one mode, in one phase.
+
+    ``phase`` (``detconf.vocabulary.PHASES``): ``program`` runs the whole example
+    under the mode; ``backward-only`` runs the forward with determinism off
+    and only the backward under the mode.
+    """
 
     entry: Entry
     device: str
     mode: str
     raise_documented_by: str | None = None
+    phase: str = "program"
 
     @property
     def id(self) -> str:
         prefix = "" if self.entry.source == "torch-docs" else f"{self.entry.source}:"
-        return f"{prefix}{self.entry.id}-{self.device}-{self.mode}"
+        suffix = "" if self.phase == "program" else f"-{self.phase}"
+        return f"{prefix}{self.entry.id}-{self.device}-{self.mode}{suffix}"
 
     def to_json(self) -> dict[str, Any]:
         return {"entry": self.entry.to_json(), "device": self.device, "mode": self.mode,
-                "raise_documented_by": self.raise_documented_by}
+                "raise_documented_by": self.raise_documented_by, "phase": self.phase}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Case":
-        return cls(Entry.from_json(d["entry"]), d["device"], d["mode"], d.get("raise_documented_by"))
+        return cls(Entry.from_json(d["entry"]), d["device"], d["mode"], d.get("raise_documented_by"),
+                   d.get("phase", "program"))
+
+
+def phases_for(entry: Entry, mode: str) -> tuple[str, ...]:
+    """``program`` always; ``backward-only`` too for an op entry about differentiation in a
+    deterministic mode (with the mode off both phases run the same thing)."""
+    if entry.backward and entry.promise != "behaves" and mode in DETERMINISTIC_MODES:
+        return ("program", "backward-only")
+    return ("program",)
 
 
 def plan(catalog: list[Entry], devices: Iterable[str], modes: Iterable[str]) -> list[Case]:
@@ -71,9 +87,11 @@ def plan(catalog: list[Entry], devices: Iterable[str], modes: Iterable[str]) -> 
         for device in devices:
             elsewhere = raise_documented_elsewhere(entry, device, catalog)
             for mode in modes:
-                cases.append(Case(entry, device, mode, elsewhere))
+                for phase in phases_for(entry, mode):
+                    cases.append(Case(entry, device, mode, elsewhere, phase))
     order = {s: i for i, s in enumerate(SOURCE_NAMES)}
-    cases.sort(key=lambda c: (order.get(c.entry.source, 99), c.entry.list_name, c.entry.position, c.entry.id, c.device, c.mode))
+    cases.sort(key=lambda c: (order.get(c.entry.source, 99), c.entry.list_name, c.entry.position, c.entry.id,
+                              c.phase != "program", c.device, c.mode))
     ids = [c.id for c in cases]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})

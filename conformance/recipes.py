@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from conformance.kit import (
     NO_HALF,
     Example,
+    forward_backward,
     index_put_parts,
     ndims_for,
     num_indices,
@@ -61,6 +62,15 @@ from engine.entry import Entry
 from engine.program import Program, recipe
 from engine.strategies import seeds
 
+# Targets (engine.trace): the ATen operators each sentence is about, declared on each recipe.
+# Reach is judged on the operators dispatched below autograd: composite ops show up as what
+# they decompose into (adaptive average pooling to 1x1 as ``mean``), and torch.nn.functional's
+# own routing is visible (the decompositions it picks for CUDA in deterministic mode); a
+# backend library chosen inside a kernel is not (cuDNN inside ``convolution``).
+_CONV = forward_backward("aten.convolution", "aten.convolution_backward")
+# A sentence naming a torch.nn module covers the module and its functional form.
+_MODULE_FORMS = ("nn.Module", "nn.functional")
+
 
 # ---------------------------------------------------------------------------
 # Indexing: __getitem__, index_put, index_copy, index_add, index_select,
@@ -71,7 +81,8 @@ def getitem_op(x, idx0, idx1):
     return x[idx0, idx1]
 
 
-@recipe("torch.Tensor.__getitem__", "torch.__getitem__")
+@recipe("torch.Tensor.__getitem__", "torch.__getitem__",
+        targets=forward_backward("aten.index", ("aten.index_put", "aten.index_put_", "aten._index_put_impl_")))
 def getitem_tensor_list(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``x[idx0, idx1]``: advanced indexing with a sequence of index tensors.
 
@@ -87,7 +98,7 @@ def getitem_tensor_list(draw, entry: Entry, case: dict, device: torch.device) ->
     b = target_side(ex, others=a * math.prod(rest))
     budget_n = max(1, ex.limits.max_numel // max(1, math.prod(rest)))
     ex.tensor("x", (a, b) + rest, dtype, contiguous=None)
-    n = ex.integer(0, min(ex.limits.max_indices, budget_n))
+    n = ex.integer(1, min(ex.limits.max_indices, budget_n))
     flat = ex.indices(None, n, a * b)
     ex.add("idx0", flat // b, f"_indices // {b}")
     ex.add("idx1", flat % b, f"_indices % {b}")
@@ -102,7 +113,17 @@ def index_put_pair_op(x, idx0, idx1, values, *, accumulate):
     return x.index_put((idx0, idx1), values, accumulate=accumulate)
 
 
-@recipe("torch.Tensor.index_put", "torch.index_put")
+def index_put_inplace_op(x, idx0, values, *, accumulate):
+    return x.clone().index_put_((idx0,), values, accumulate=accumulate)
+
+
+def torch_index_put_op(x, idx0, values, *, accumulate):
+    return torch.index_put(x, (idx0,), values, accumulate=accumulate)
+
+
+@recipe("torch.Tensor.index_put", "torch.index_put",
+        targets=("aten.index_put", "aten.index_put_", "aten._index_put_impl_"),
+        forms=("Tensor.index_put", "Tensor.index_put_", "torch.index_put"))
 def index_put(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``x.index_put((idx0[, idx1]), values, accumulate=...)``.
 
@@ -115,6 +136,10 @@ def index_put(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     dtype = ex.dtype(("floating", "integer"))
     accumulate = ex.kwarg("accumulate", (False, True))
     k, _ = index_put_parts(ex, dtype)
+    if k == 1 and ex.form == "Tensor.index_put_":
+        return ex.program(index_put_inplace_op, grads=("x", "values"), accumulate=accumulate)
+    if k == 1 and ex.form == "torch.index_put":
+        return ex.program(torch_index_put_op, grads=("x", "values"), accumulate=accumulate)
     op = index_put_op if k == 1 else index_put_pair_op
     return ex.program(op, grads=("x", "values"), accumulate=accumulate)
 
@@ -124,7 +149,15 @@ def put_op(x, index, source, *, accumulate, clone):
     return (x.clone() if clone else x).put_(index, source, accumulate=accumulate)
 
 
-@recipe("torch.Tensor.put_")
+def put_method_op(x, index, source, *, accumulate):
+    return x.put(index, source, accumulate=accumulate)
+
+
+def torch_put_op(x, index, source, *, accumulate):
+    return torch.put(x, index, source, accumulate=accumulate)
+
+
+@recipe("torch.Tensor.put_", targets=("aten.put_", "aten.put"), forms=("Tensor.put_", "Tensor.put", "torch.put"))
 def put_(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``x.put_(index, source, accumulate=...)`` on the flattened ``x``; returns ``x``.
 
@@ -140,6 +173,10 @@ def put_(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     n = num_indices(ex)
     ex.indices("index", n, math.prod(size))
     ex.tensor("source", (n,), dtype)
+    if ex.form == "Tensor.put":
+        return ex.program(put_method_op, grads=("x", "source"), accumulate=accumulate)
+    if ex.form == "torch.put":
+        return ex.program(torch_put_op, grads=("x", "source"), accumulate=accumulate)
     return ex.program(put_op, grads=("x", "source"), accumulate=accumulate, clone=entry.backward)
 
 
@@ -156,7 +193,7 @@ def _dim_and_source(ex: Example, dtype: torch.dtype, *, src_name: str = "source"
     n_cap = min(ex.limits.max_indices, max(1, ex.limits.max_numel // others))
     if unique:
         n_cap = min(n_cap, size[dim])
-    n = ex.integer(0, n_cap)
+    n = ex.integer(1, n_cap)
     ex.indices("index", n, size[dim], unique=unique)
     src_size = list(size)
     src_size[dim] = n
@@ -168,7 +205,7 @@ def index_copy_op(x, index, source, *, dim):
     return x.index_copy(dim, index, source)
 
 
-@recipe("torch.Tensor.index_copy", "torch.index_copy")
+@recipe("torch.Tensor.index_copy", "torch.index_copy", targets=("aten.index_copy", "aten.index_copy_"))
 def index_copy(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``x.index_copy(dim, index, source)``; duplicates included (the copy that wins is what is pinned down)."""
     ex = Example(draw, entry, case, device)
@@ -187,7 +224,12 @@ def index_add_inplace_op(x, index, source, *, dim, alpha, clone):
     return (x.clone() if clone else x).index_add_(dim, index, source, alpha=alpha)
 
 
-@recipe("torch.index_add", "torch.index_add_")
+def index_add_method_op(x, index, source, *, dim, alpha):
+    return x.index_add(dim, index, source, alpha=alpha)
+
+
+@recipe("torch.index_add", "torch.index_add_", targets=("aten.index_add", "aten.index_add_"),
+        forms=("torch.index_add", "Tensor.index_add", "Tensor.index_add_"))
 def index_add(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.index_add(x, dim, index, source, alpha=...)`` (in place for ``index_add_``); duplicates collide."""
     ex = Example(draw, entry, case, device)
@@ -195,8 +237,11 @@ def index_add(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     dim, _ = _dim_and_source(ex, dtype)
     alpha = ex.kwarg("alpha", (1, 2))
     ex.kwargs["dim"] = dim
-    if entry.op.endswith("_"):
+    form = ex.form or ("Tensor.index_add_" if entry.op.endswith("_") else "torch.index_add")
+    if form == "Tensor.index_add_":
         return ex.program(index_add_inplace_op, grads=("x", "source"), dim=dim, alpha=alpha, clone=entry.backward)
+    if form == "Tensor.index_add":
+        return ex.program(index_add_method_op, grads=("x", "source"), dim=dim, alpha=alpha)
     return ex.program(index_add_op, grads=("x", "source"), dim=dim, alpha=alpha)
 
 
@@ -204,7 +249,7 @@ def index_reduce_op(x, index, source, *, dim, reduce, include_self):
     return x.index_reduce(dim, index, source, reduce, include_self=include_self)
 
 
-@recipe("torch.Tensor.index_reduce")
+@recipe("torch.Tensor.index_reduce", targets=("aten.index_reduce", "aten.index_reduce_"))
 def index_reduce(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``x.index_reduce(dim, index, source, reduce, include_self=...)``; values near 1 so ``prod`` stays finite."""
     ex = Example(draw, entry, case, device)
@@ -223,7 +268,7 @@ def index_reduce(draw, entry: Entry, case: dict, device: torch.device) -> Progra
     size[dim] = target_side(ex, others=math.prod(size) // size[dim])
     ex.tensor("x", size, dtype, low=lo, high=hi, contiguous=None)
     others = max(1, math.prod(size) // size[dim])
-    n = ex.integer(0, min(ex.limits.max_indices, max(1, ex.limits.max_numel // others)))
+    n = ex.integer(1, min(ex.limits.max_indices, max(1, ex.limits.max_numel // others)))
     ex.indices("index", n, size[dim])
     src_size = list(size)
     src_size[dim] = n
@@ -236,7 +281,8 @@ def index_select_op(x, index, *, dim):
     return torch.index_select(x, dim, index)
 
 
-@recipe("torch.index_select")
+@recipe("torch.index_select",
+        targets=forward_backward("aten.index_select", ("aten.index_add", "aten.index_add_", "aten.index_select_backward")))
 def index_select(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.index_select(x, dim, index)``; its backward is ``index_add`` over duplicate indices."""
     ex = Example(draw, entry, case, device)
@@ -248,7 +294,7 @@ def index_select(draw, entry: Entry, case: dict, device: torch.device) -> Progra
     size[dim] = target_side(ex, others=math.prod(size) // size[dim])
     ex.tensor("x", size, dtype, contiguous=None)
     others = max(1, math.prod(size) // size[dim])
-    n = ex.integer(0, min(ex.limits.max_indices, max(1, ex.limits.max_numel // others)))
+    n = ex.integer(1, min(ex.limits.max_indices, max(1, ex.limits.max_numel // others)))
     ex.indices("index", n, size[dim])
     ex.kwargs["dim"] = dim
     return ex.program(index_select_op, grads=("x",), dim=dim)
@@ -265,7 +311,7 @@ def _gather_scatter_parts(ex: Example, dtype: torch.dtype, *, src: bool, low: fl
     ex.tensor("x", size, dtype, low=low, high=high, contiguous=None)
     idx_size = [ex.side(1, s) for s in size]
     others = max(1, math.prod(idx_size) // idx_size[dim])
-    idx_size[dim] = ex.integer(0, min(ex.limits.max_indices, max(1, ex.limits.max_numel // others)))
+    idx_size[dim] = ex.integer(1, min(ex.limits.max_indices, max(1, ex.limits.max_numel // others)))
     ex.indices("index", idx_size, size[dim])
     if src:
         ex.tensor("src", idx_size, dtype, low=low, high=high)
@@ -277,7 +323,8 @@ def gather_op(x, index, *, dim):
     return torch.gather(x, dim, index)
 
 
-@recipe("torch.gather")
+@recipe("torch.gather",
+        targets=forward_backward("aten.gather", ("aten.scatter_add", "aten.scatter_add_", "aten.gather_backward")))
 def gather(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.gather(x, dim, index)``; its backward is ``scatter_add`` over duplicate indices."""
     ex = Example(draw, entry, case, device)
@@ -306,7 +353,7 @@ def scatter_value_reducing_op(x, index, *, dim, value, reduce):
     return x.scatter(dim, index, value, reduce=reduce)
 
 
-@recipe("torch.Tensor.scatter")
+@recipe("torch.Tensor.scatter", targets=("aten.scatter", "aten.scatter_"))
 def scatter(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``x.scatter(dim, index, src)`` with a tensor ``src`` (a scalar ``value`` if the case gives one).
 
@@ -334,12 +381,25 @@ def scatter_add_op(x, index, src, *, dim, clone):
     return (x.clone() if clone else x).scatter_add_(dim, index, src)
 
 
-@recipe("torch.Tensor.scatter_add_", "torch.scatter_add_")
+def scatter_add_method_op(x, index, src, *, dim):
+    return x.scatter_add(dim, index, src)
+
+
+def torch_scatter_add_op(x, index, src, *, dim):
+    return torch.scatter_add(x, dim, index, src)
+
+
+@recipe("torch.Tensor.scatter_add_", "torch.scatter_add_", targets=("aten.scatter_add_", "aten.scatter_add"),
+        forms=("Tensor.scatter_add_", "Tensor.scatter_add", "torch.scatter_add"))
 def scatter_add_(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``x.scatter_add_(dim, index, src)``; duplicates collide. Backward goes through ``x.clone()``."""
     ex = Example(draw, entry, case, device)
     dtype = ex.dtype(("floating", "integer"))
     dim = _gather_scatter_parts(ex, dtype, src=True)
+    if ex.form == "Tensor.scatter_add":
+        return ex.program(scatter_add_method_op, grads=("x", "src"), dim=dim)
+    if ex.form == "torch.scatter_add":
+        return ex.program(torch_scatter_add_op, grads=("x", "src"), dim=dim)
     return ex.program(scatter_add_op, grads=("x", "src"), dim=dim, clone=entry.backward)
 
 
@@ -347,7 +407,7 @@ def scatter_reduce_op(x, index, src, *, dim, reduce, include_self):
     return x.scatter_reduce(dim, index, src, reduce, include_self=include_self)
 
 
-@recipe("torch.Tensor.scatter_reduce")
+@recipe("torch.Tensor.scatter_reduce", targets=("aten.scatter_reduce", "aten.scatter_reduce_"))
 def scatter_reduce(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``x.scatter_reduce(dim, index, src, reduce, include_self=...)``; values near 1 for ``prod``."""
     ex = Example(draw, entry, case, device)
@@ -371,7 +431,7 @@ def bincount_weighted_op(input, weights, *, minlength):
     return torch.bincount(input, weights, minlength=minlength)
 
 
-@recipe("torch.bincount")
+@recipe("torch.bincount", targets="aten.bincount")
 def bincount(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.bincount(input, weights, minlength)``: many values over few bins; float weights when given."""
     ex = Example(draw, entry, case, device)
@@ -390,7 +450,7 @@ def histc_op(x, *, bins, min, max):
     return torch.histc(x, bins=bins, min=min, max=max)
 
 
-@recipe("torch.histc")
+@recipe("torch.histc", targets="aten.histc")
 def histc(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.histc(x, bins, min, max)``: few bins; ``min == max == 0`` means the data's range."""
     ex = Example(draw, entry, case, device)
@@ -407,7 +467,15 @@ def cumsum_op(x, *, dim):
     return torch.cumsum(x, dim=dim)
 
 
-@recipe("torch.cumsum")
+def cumsum_method_op(x, *, dim):
+    return x.cumsum(dim)
+
+
+def cumsum_inplace_op(x, *, dim):
+    return x.clone().cumsum_(dim)
+
+
+@recipe("torch.cumsum", targets=("aten.cumsum", "aten.cumsum_"), forms=("torch.cumsum", "Tensor.cumsum", "Tensor.cumsum_"))
 def cumsum(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.cumsum(x, dim)`` over floating (or the entry's) dtypes; long scans on the large scale."""
     ex = Example(draw, entry, case, device)
@@ -417,7 +485,8 @@ def cumsum(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     dim = ex.integer(0, ndim - 1)
     ex.tensor("x", size, dtype, contiguous=None)
     ex.kwargs["dim"] = dim
-    return ex.program(cumsum_op, grads=("x",), dim=dim)
+    op = {"Tensor.cumsum": cumsum_method_op, "Tensor.cumsum_": cumsum_inplace_op}.get(ex.form, cumsum_op)
+    return ex.program(op, grads=("x",), dim=dim)
 
 
 def _tied_values(ex: Example, size: Sequence[int], dtype: torch.dtype) -> None:
@@ -437,7 +506,12 @@ def median_dim_op(x, *, dim, keepdim):
     return torch.median(x, dim=dim, keepdim=keepdim)
 
 
-@recipe("torch.median")
+def _median_targets(entry: Entry, case: dict) -> tuple[str, ...]:
+    """``median(dim=...)`` returns indices (the sentence's case); ``median()`` does not."""
+    return ("aten.median.dim", "aten.median.dim_values") if entry.indices_output else ("aten.median.default",)
+
+
+@recipe("torch.median", targets=_median_targets)
 def median(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.median(x, dim)`` -> (values, indices) when the entry is about the indices output, else ``torch.median(x)``."""
     ex = Example(draw, entry, case, device)
@@ -457,7 +531,7 @@ def kthvalue_op(x, *, k, dim):
     return torch.kthvalue(x, k, dim=dim)
 
 
-@recipe("torch.kthvalue")
+@recipe("torch.kthvalue", targets="aten.kthvalue")
 def kthvalue(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.kthvalue(x, k, dim)`` -> (values, indices), with ties."""
     ex = Example(draw, entry, case, device)
@@ -475,7 +549,8 @@ def repeat_interleave_op(x, repeats, *, dim):
     return torch.repeat_interleave(x, repeats, dim=dim)
 
 
-@recipe("torch.repeat_interleave")
+@recipe("torch.repeat_interleave",
+        targets=forward_backward("aten.repeat_interleave", ("aten.index_add", "aten.index_add_")))
 def repeat_interleave(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.repeat_interleave(x, repeats, dim)``; its backward sums the repeated slices (an index_add)."""
     ex = Example(draw, entry, case, device)
@@ -498,7 +573,7 @@ def bmm_op(a, b):
     return torch.bmm(a, b)
 
 
-@recipe("torch.bmm")
+@recipe("torch.bmm", targets="aten.bmm")
 def bmm(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.bmm(a, b)``; with ``sparse_dense`` the first operand is a sparse COO tensor."""
     ex = Example(draw, entry, case, device)
@@ -524,7 +599,7 @@ def mm_op(a, b):
     return torch.mm(a, b)
 
 
-@recipe("torch.mm")
+@recipe("torch.mm", targets="aten.mm")
 def mm(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.mm(a, b)`` (a cuBLAS entry: nondeterministic without a fixed workspace config)."""
     ex = Example(draw, entry, case, device)
@@ -540,7 +615,7 @@ def mv_op(a, v):
     return torch.mv(a, v)
 
 
-@recipe("torch.mv")
+@recipe("torch.mv", targets="aten.mv")
 def mv(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.mv(a, v)`` (a cuBLAS entry)."""
     ex = Example(draw, entry, case, device)
@@ -560,6 +635,11 @@ def empty_op(*, size, dtype, device):
     return torch.empty(size, dtype=dtype, device=device)
 
 
+def empty_out_op(*, size, dtype, device):
+    out = torch.tensor([], dtype=dtype, device=device)
+    return torch.empty(size, out=out)
+
+
 def empty_like_op(x):
     return torch.empty_like(x)
 
@@ -572,7 +652,11 @@ def empty_permuted_op(*, size, physical_layout, dtype, device):
     return torch.empty_permuted(size, physical_layout, dtype=dtype, device=device)
 
 
-@recipe("torch.empty", "torch.empty_like", "torch.empty_strided", "torch.empty_permuted")
+@recipe("torch.empty", "torch.empty_like", "torch.empty_strided", "torch.empty_permuted",
+        targets={"torch.empty": ("aten.empty", "aten.resize_"), "torch.empty_like": "aten.empty_like",
+                 "torch.empty_strided": "aten.empty_strided", "torch.empty_permuted": "aten.empty_permuted"},
+        forms={"torch.empty": ("torch.empty", "out="), "torch.empty_like": (), "torch.empty_strided": (),
+               "torch.empty_permuted": ()})
 def empty(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.empty(shape, dtype=..., device=...)`` and its ``_like``/``_strided``/``_permuted`` kin.
 
@@ -601,6 +685,8 @@ def empty(draw, entry: Entry, case: dict, device: torch.device) -> Program:
         order = tuple(reversed(range(len(size))))
         ex.kwargs["physical_layout"] = order
         return ex.program(empty_permuted_op, meta=meta, size=size, physical_layout=order, dtype=dtype, device=dev)
+    if ex.form == "out=":
+        return ex.program(empty_out_op, meta=meta, size=size, dtype=dtype, device=dev)
     return ex.program(empty_op, meta=meta, size=size, dtype=dtype, device=dev)
 
 
@@ -608,17 +694,22 @@ def resize_op(x, *, new_shape):
     return x.resize_(new_shape)
 
 
-def resize_quantized_op(x, *, new_shape, scale, zero_point):
-    """Quantizes ``x``, resizes it, and returns ``(int_repr, q_scale, q_zero_point)``."""
+def resize_quantized_op(x, *, new_shape, scale, zero_point, dtype=torch.quint8):
+    """Quantizes ``x`` to ``dtype``, resizes it, and returns ``(int_repr, q_scale, q_zero_point)``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # quantized creation is deprecated, still supported
-        q = torch.quantize_per_tensor(x, scale, zero_point, torch.quint8)
+        q = torch.quantize_per_tensor(x, scale, zero_point, dtype)
     q.resize_(new_shape)
     return (q.int_repr(), torch.tensor(q.q_scale(), dtype=torch.float64),
             torch.tensor(q.q_zero_point(), dtype=torch.int64))
 
 
-@recipe("torch.Tensor.resize_")
+def _quantized_dtypes(entry: Entry) -> tuple[str, ...]:
+    """The quantized entry covers every quantized dtype; each is a form of its own."""
+    return ("quint8", "qint8", "qint32") if entry.quantized else ()
+
+
+@recipe("torch.Tensor.resize_", targets="aten.resize_", forms=_quantized_dtypes)
 def resize_(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``x.resize_(new_shape)``, growing or shrinking.
 
@@ -639,10 +730,13 @@ def resize_(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     new_shape = (new_numel,)
     meta = {"uninitialized": grow}
     if entry.quantized:
+        # Every quantized dtype the condition covers is a form of its own (see @recipe).
+        qdtype = getattr(torch, ex.form or "quint8")
         ex.tensor("x", old, torch.float32, low=-5, high=5)
         scale, zero_point = ex.choice((0.1, 0.05)), ex.integer(0, 10)
         ex.kwargs.update(new_shape=new_shape, scale=scale, zero_point=zero_point)
-        return ex.program(resize_quantized_op, meta=meta, new_shape=new_shape, scale=scale, zero_point=zero_point)
+        return ex.program(resize_quantized_op, meta=meta, new_shape=new_shape, scale=scale, zero_point=zero_point,
+                          dtype=qdtype)
     dtype = ex.dtype(("floating", "integer"))
     ex.tensor("x", old, dtype)
     ex.kwargs["new_shape"] = new_shape
@@ -693,7 +787,7 @@ def conv1d_op(x, weight, bias, *, stride, padding, dilation, groups):
     return F.conv1d(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
 
 
-@recipe("torch.nn.Conv1d")
+@recipe("torch.nn.Conv1d", targets=_CONV)
 def conv1d(draw, entry, case, device):
     """``nn.Conv1d`` as ``F.conv1d(x, weight, bias, ...)`` with seeded weights."""
     return _conv(draw, entry, case, device, conv1d_op, 1, transposed=False)
@@ -703,7 +797,7 @@ def conv2d_op(x, weight, bias, *, stride, padding, dilation, groups):
     return F.conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
 
 
-@recipe("torch.nn.Conv2d")
+@recipe("torch.nn.Conv2d", targets=_CONV)
 def conv2d(draw, entry, case, device):
     """``nn.Conv2d`` as ``F.conv2d(x, weight, bias, ...)`` with seeded weights."""
     return _conv(draw, entry, case, device, conv2d_op, 2, transposed=False)
@@ -713,7 +807,7 @@ def conv3d_op(x, weight, bias, *, stride, padding, dilation, groups):
     return F.conv3d(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
 
 
-@recipe("torch.nn.Conv3d")
+@recipe("torch.nn.Conv3d", targets=_CONV)
 def conv3d(draw, entry, case, device):
     """``nn.Conv3d`` as ``F.conv3d(x, weight, bias, ...)`` with seeded weights."""
     return _conv(draw, entry, case, device, conv3d_op, 3, transposed=False)
@@ -724,7 +818,7 @@ def conv_transpose1d_op(x, weight, bias, *, stride, padding, dilation, groups, o
                               groups=groups, dilation=dilation)
 
 
-@recipe("torch.nn.ConvTranspose1d")
+@recipe("torch.nn.ConvTranspose1d", targets=_CONV)
 def conv_transpose1d(draw, entry, case, device):
     """``nn.ConvTranspose1d`` as ``F.conv_transpose1d(x, weight, bias, ...)``."""
     return _conv(draw, entry, case, device, conv_transpose1d_op, 1, transposed=True)
@@ -735,7 +829,7 @@ def conv_transpose2d_op(x, weight, bias, *, stride, padding, dilation, groups, o
                               groups=groups, dilation=dilation)
 
 
-@recipe("torch.nn.ConvTranspose2d")
+@recipe("torch.nn.ConvTranspose2d", targets=_CONV)
 def conv_transpose2d(draw, entry, case, device):
     """``nn.ConvTranspose2d`` as ``F.conv_transpose2d(x, weight, bias, ...)``."""
     return _conv(draw, entry, case, device, conv_transpose2d_op, 2, transposed=True)
@@ -746,7 +840,7 @@ def conv_transpose3d_op(x, weight, bias, *, stride, padding, dilation, groups, o
                               groups=groups, dilation=dilation)
 
 
-@recipe("torch.nn.ConvTranspose3d")
+@recipe("torch.nn.ConvTranspose3d", targets=_CONV)
 def conv_transpose3d(draw, entry, case, device):
     """``nn.ConvTranspose3d`` as ``F.conv_transpose3d(x, weight, bias, ...)``."""
     return _conv(draw, entry, case, device, conv_transpose3d_op, 3, transposed=True)
@@ -761,7 +855,8 @@ def avg_pool3d_op(x, *, kernel_size, stride, padding, ceil_mode, count_include_p
                         count_include_pad=count_include_pad)
 
 
-@recipe("torch.nn.AvgPool3d")
+@recipe("torch.nn.AvgPool3d", targets=forward_backward("aten.avg_pool3d", "aten.avg_pool3d_backward"),
+        forms=_MODULE_FORMS)
 def avg_pool3d(draw, entry, case, device):
     """``nn.AvgPool3d`` as ``F.avg_pool3d``; overlapping windows make backward contributions collide."""
     ex = Example(draw, entry, case, device)
@@ -771,6 +866,9 @@ def avg_pool3d(draw, entry, case, device):
     ceil_mode = ex.kwarg("ceil_mode", (False, True))
     count_include_pad = ex.kwarg("count_include_pad", (True, False))
     ex.kwargs.update(kernel_size=k, stride=stride, padding=padding)
+    if ex.form == "nn.Module":
+        return ex.module_program("AvgPool3d", grads=("x",), kernel_size=k, stride=stride, padding=padding,
+                                 ceil_mode=ceil_mode, count_include_pad=count_include_pad)
     return ex.program(avg_pool3d_op, grads=("x",), kernel_size=k, stride=stride, padding=padding,
                       ceil_mode=ceil_mode, count_include_pad=count_include_pad)
 
@@ -783,6 +881,9 @@ def _max_pool(draw, entry, case, device, op: Callable[..., Any], n: int) -> Prog
     dilation = 1
     ceil_mode = ex.kwarg("ceil_mode", (False, True))
     ex.kwargs.update(kernel_size=k, stride=stride, padding=padding, dilation=dilation)
+    if ex.form == "nn.Module":
+        return ex.module_program(entry.short_op, grads=("x",), kernel_size=k, stride=stride, padding=padding,
+                                 dilation=dilation, ceil_mode=ceil_mode)
     return ex.program(op, grads=("x",), kernel_size=k, stride=stride, padding=padding, dilation=dilation,
                       ceil_mode=ceil_mode)
 
@@ -791,7 +892,8 @@ def max_pool2d_op(x, *, kernel_size, stride, padding, dilation, ceil_mode):
     return F.max_pool2d(x, kernel_size, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
 
 
-@recipe("torch.nn.MaxPool2d")
+@recipe("torch.nn.MaxPool2d", targets=forward_backward("aten.max_pool2d_with_indices", "aten.max_pool2d_with_indices_backward"),
+        forms=_MODULE_FORMS)
 def max_pool2d(draw, entry, case, device):
     """``nn.MaxPool2d`` as ``F.max_pool2d``; overlapping windows and ties."""
     return _max_pool(draw, entry, case, device, max_pool2d_op, 2)
@@ -801,7 +903,8 @@ def max_pool3d_op(x, *, kernel_size, stride, padding, dilation, ceil_mode):
     return F.max_pool3d(x, kernel_size, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
 
 
-@recipe("torch.nn.MaxPool3d")
+@recipe("torch.nn.MaxPool3d", targets=forward_backward("aten.max_pool3d_with_indices", "aten.max_pool3d_with_indices_backward"),
+        forms=_MODULE_FORMS)
 def max_pool3d(draw, entry, case, device):
     """``nn.MaxPool3d`` as ``F.max_pool3d``; overlapping windows and ties."""
     return _max_pool(draw, entry, case, device, max_pool3d_op, 3)
@@ -813,7 +916,13 @@ def _adaptive(draw, entry, case, device, op: Callable[..., Any], n: int) -> Prog
     size = pool_input(ex, n, dtype=dtype)
     # Output sides larger than the input make windows overlap.
     out = tuple(ex.integer(1, s + 2) for s in size[-n:])
+    if all(o == 1 for o in out) and op is not adaptive_max_pool2d_op:
+        # Average pooling to all ones is computed as a mean: the pooling kernel (and its
+        # backward) never runs. Keep one side at 2, also while Hypothesis shrinks.
+        out = (2,) + out[1:]
     ex.kwargs["output_size"] = out
+    if ex.form == "nn.Module":
+        return ex.module_program(entry.short_op, grads=("x",), output_size=out)
     return ex.program(op, grads=("x",), output_size=out)
 
 
@@ -821,7 +930,8 @@ def adaptive_avg_pool2d_op(x, *, output_size):
     return F.adaptive_avg_pool2d(x, output_size)
 
 
-@recipe("torch.nn.AdaptiveAvgPool2d")
+@recipe("torch.nn.AdaptiveAvgPool2d", targets=forward_backward("aten._adaptive_avg_pool2d", "aten._adaptive_avg_pool2d_backward"),
+        forms=_MODULE_FORMS)
 def adaptive_avg_pool2d(draw, entry, case, device):
     """``nn.AdaptiveAvgPool2d`` as ``F.adaptive_avg_pool2d``."""
     return _adaptive(draw, entry, case, device, adaptive_avg_pool2d_op, 2)
@@ -831,7 +941,8 @@ def adaptive_avg_pool3d_op(x, *, output_size):
     return F.adaptive_avg_pool3d(x, output_size)
 
 
-@recipe("torch.nn.AdaptiveAvgPool3d")
+@recipe("torch.nn.AdaptiveAvgPool3d", targets=forward_backward("aten._adaptive_avg_pool3d", "aten._adaptive_avg_pool3d_backward"),
+        forms=_MODULE_FORMS)
 def adaptive_avg_pool3d(draw, entry, case, device):
     """``nn.AdaptiveAvgPool3d`` as ``F.adaptive_avg_pool3d``."""
     return _adaptive(draw, entry, case, device, adaptive_avg_pool3d_op, 3)
@@ -841,7 +952,8 @@ def adaptive_max_pool2d_op(x, *, output_size):
     return F.adaptive_max_pool2d(x, output_size)
 
 
-@recipe("torch.nn.AdaptiveMaxPool2d")
+@recipe("torch.nn.AdaptiveMaxPool2d", targets=forward_backward("aten.adaptive_max_pool2d", "aten.adaptive_max_pool2d_backward"),
+        forms=_MODULE_FORMS)
 def adaptive_max_pool2d(draw, entry, case, device):
     """``nn.AdaptiveMaxPool2d`` as ``F.adaptive_max_pool2d``."""
     return _adaptive(draw, entry, case, device, adaptive_max_pool2d_op, 2)
@@ -865,7 +977,8 @@ def fractional_max_pool2d_op(x, samples, *, kernel_size, output_size):
     return F.fractional_max_pool2d(x, kernel_size, output_size=output_size, _random_samples=samples)
 
 
-@recipe("torch.nn.FractionalMaxPool2d")
+@recipe("torch.nn.FractionalMaxPool2d",
+        targets=forward_backward("aten.fractional_max_pool2d", "aten.fractional_max_pool2d_backward"))
 def fractional_max_pool2d(draw, entry, case, device):
     """``nn.FractionalMaxPool2d`` as ``F.fractional_max_pool2d`` with explicit ``_random_samples``."""
     return _fractional(draw, entry, case, device, fractional_max_pool2d_op, 2)
@@ -875,7 +988,8 @@ def fractional_max_pool3d_op(x, samples, *, kernel_size, output_size):
     return F.fractional_max_pool3d(x, kernel_size, output_size=output_size, _random_samples=samples)
 
 
-@recipe("torch.nn.FractionalMaxPool3d")
+@recipe("torch.nn.FractionalMaxPool3d",
+        targets=forward_backward("aten.fractional_max_pool3d", "aten.fractional_max_pool3d_backward"))
 def fractional_max_pool3d(draw, entry, case, device):
     """``nn.FractionalMaxPool3d`` as ``F.fractional_max_pool3d`` with explicit ``_random_samples``."""
     return _fractional(draw, entry, case, device, fractional_max_pool3d_op, 3)
@@ -906,7 +1020,7 @@ def max_unpool1d_op(values, indices, *, kernel_size, stride, output_size):
     return F.max_unpool1d(values, indices, kernel_size, stride=stride, output_size=output_size)
 
 
-@recipe("torch.nn.MaxUnpool1d")
+@recipe("torch.nn.MaxUnpool1d", targets="aten.max_unpool2d")
 def max_unpool1d(draw, entry, case, device):
     """``nn.MaxUnpool1d`` as ``F.max_unpool1d`` on ``max_pool1d`` output."""
     return _max_unpool(draw, entry, case, device, max_unpool1d_op, 1)
@@ -916,7 +1030,7 @@ def max_unpool2d_op(values, indices, *, kernel_size, stride, output_size):
     return F.max_unpool2d(values, indices, kernel_size, stride=stride, output_size=output_size)
 
 
-@recipe("torch.nn.MaxUnpool2d")
+@recipe("torch.nn.MaxUnpool2d", targets="aten.max_unpool2d")
 def max_unpool2d(draw, entry, case, device):
     """``nn.MaxUnpool2d`` as ``F.max_unpool2d`` on ``max_pool2d`` output."""
     return _max_unpool(draw, entry, case, device, max_unpool2d_op, 2)
@@ -926,7 +1040,7 @@ def max_unpool3d_op(values, indices, *, kernel_size, stride, output_size):
     return F.max_unpool3d(values, indices, kernel_size, stride=stride, output_size=output_size)
 
 
-@recipe("torch.nn.MaxUnpool3d")
+@recipe("torch.nn.MaxUnpool3d", targets="aten.max_unpool3d")
 def max_unpool3d(draw, entry, case, device):
     """``nn.MaxUnpool3d`` as ``F.max_unpool3d`` on ``max_pool3d`` output."""
     return _max_unpool(draw, entry, case, device, max_unpool3d_op, 3)
@@ -956,40 +1070,48 @@ def _pad(draw, entry, case, device, n: int, mode: str) -> Program:
         cap = min(cap, 16)
         pads += [ex.integer(0, cap), ex.integer(0, cap)]
     ex.kwargs["pad"] = tuple(pads)
+    if ex.form == "nn.Module":
+        return ex.module_program(entry.short_op, grads=("x",), padding=tuple(pads))
     return ex.program(pad_op, grads=("x",), pad=tuple(pads), mode=mode)
 
 
-@recipe("torch.nn.ReflectionPad1d")
+@recipe("torch.nn.ReflectionPad1d", targets=forward_backward("aten.reflection_pad1d", "aten.reflection_pad1d_backward"),
+        forms=_MODULE_FORMS)
 def reflection_pad1d(draw, entry, case, device):
     """``nn.ReflectionPad1d`` as ``F.pad(x, pad, mode='reflect')``."""
     return _pad(draw, entry, case, device, 1, "reflect")
 
 
-@recipe("torch.nn.ReflectionPad2d")
+@recipe("torch.nn.ReflectionPad2d", targets=forward_backward("aten.reflection_pad2d", "aten.reflection_pad2d_backward"),
+        forms=_MODULE_FORMS)
 def reflection_pad2d(draw, entry, case, device):
     """``nn.ReflectionPad2d`` as ``F.pad(x, pad, mode='reflect')``."""
     return _pad(draw, entry, case, device, 2, "reflect")
 
 
-@recipe("torch.nn.ReflectionPad3d")
+@recipe("torch.nn.ReflectionPad3d", targets=forward_backward("aten.reflection_pad3d", "aten.reflection_pad3d_backward"),
+        forms=_MODULE_FORMS)
 def reflection_pad3d(draw, entry, case, device):
     """``nn.ReflectionPad3d`` as ``F.pad(x, pad, mode='reflect')``."""
     return _pad(draw, entry, case, device, 3, "reflect")
 
 
-@recipe("torch.nn.ReplicationPad1d")
+@recipe("torch.nn.ReplicationPad1d", targets=forward_backward("aten.replication_pad1d", "aten.replication_pad1d_backward"),
+        forms=_MODULE_FORMS)
 def replication_pad1d(draw, entry, case, device):
     """``nn.ReplicationPad1d`` as ``F.pad(x, pad, mode='replicate')``."""
     return _pad(draw, entry, case, device, 1, "replicate")
 
 
-@recipe("torch.nn.ReplicationPad2d")
+@recipe("torch.nn.ReplicationPad2d", targets=forward_backward("aten.replication_pad2d", "aten.replication_pad2d_backward"),
+        forms=_MODULE_FORMS)
 def replication_pad2d(draw, entry, case, device):
     """``nn.ReplicationPad2d`` as ``F.pad(x, pad, mode='replicate')``."""
     return _pad(draw, entry, case, device, 2, "replicate")
 
 
-@recipe("torch.nn.ReplicationPad3d")
+@recipe("torch.nn.ReplicationPad3d", targets=forward_backward("aten.replication_pad3d", "aten.replication_pad3d_backward"),
+        forms=_MODULE_FORMS)
 def replication_pad3d(draw, entry, case, device):
     """``nn.ReplicationPad3d`` as ``F.pad(x, pad, mode='replicate')``."""
     return _pad(draw, entry, case, device, 3, "replicate")
@@ -1007,7 +1129,8 @@ def nll_loss_weighted_op(x, target, weight, *, reduction):
     return F.nll_loss(x, target, weight=weight, reduction=reduction)
 
 
-@recipe("torch.nn.NLLLoss")
+@recipe("torch.nn.NLLLoss",
+        targets=forward_backward(("aten.nll_loss_forward", "aten.nll_loss2d_forward"), ("aten.nll_loss_backward", "aten.nll_loss2d_backward")))
 def nll_loss(draw, entry, case, device):
     """``nn.NLLLoss`` as ``F.nll_loss`` on a spatial input ``(N, C, H, W)``.
 
@@ -1034,7 +1157,7 @@ def ctc_loss_op(log_probs, targets, input_lengths, target_lengths, *, reduction)
     return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, reduction=reduction)
 
 
-@recipe("torch.nn.CTCLoss")
+@recipe("torch.nn.CTCLoss", targets=forward_backward("aten._ctc_loss", "aten._ctc_loss_backward"))
 def ctc_loss(draw, entry, case, device):
     """``nn.CTCLoss`` as ``F.ctc_loss`` on log-probabilities ``(T, N, C)``.
 
@@ -1064,7 +1187,8 @@ def embedding_op(idx, weight, *, padding_idx=None):
     return F.embedding(idx, weight, padding_idx=padding_idx)
 
 
-@recipe("torch.nn.Embedding")
+@recipe("torch.nn.Embedding",
+        targets=forward_backward("aten.embedding", ("aten.embedding_dense_backward", "aten.embedding_backward")))
 def embedding(draw, entry, case, device):
     """``nn.Embedding`` as ``F.embedding(idx, weight)``; duplicate ids collide in the weight gradient."""
     ex = Example(draw, entry, case, device)
@@ -1072,7 +1196,7 @@ def embedding(draw, entry, case, device):
     num = target_side(ex)
     dim = ex.side(1, 64 if ex.large else 4)
     ex.tensor("weight", (num, dim), dtype)
-    idx_size = (ex.side(1, 4), ex.integer(0, max(1, ex.limits.max_indices // 4)))
+    idx_size = (ex.side(1, 4), ex.integer(1, max(1, ex.limits.max_indices // 4)))
     ex.indices("idx", idx_size, num)
     padding_idx = case.get("padding_idx")
     if padding_idx is not None:
@@ -1089,7 +1213,8 @@ def embedding_bag_weighted_op(idx, weight, offsets, per_sample_weights, *, mode)
     return F.embedding_bag(idx, weight, offsets, mode=mode, per_sample_weights=per_sample_weights)
 
 
-@recipe("torch.nn.EmbeddingBag")
+@recipe("torch.nn.EmbeddingBag",
+        targets=forward_backward("aten._embedding_bag", ("aten._embedding_bag_backward", "aten._embedding_bag_dense_backward")))
 def embedding_bag(draw, entry, case, device):
     """``nn.EmbeddingBag`` as ``F.embedding_bag(idx, weight, offsets, mode=...)``.
 
@@ -1125,7 +1250,8 @@ def grid_sample_op(x, grid, *, mode, padding_mode, align_corners):
     return F.grid_sample(x, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
 
 
-@recipe("torch.nn.functional.grid_sample")
+@recipe("torch.nn.functional.grid_sample",
+        targets=forward_backward(("aten.grid_sampler_2d", "aten.grid_sampler_3d"), ("aten.grid_sampler_2d_backward", "aten.grid_sampler_3d_backward")))
 def grid_sample(draw, entry, case, device):
     """``F.grid_sample(x, grid, mode, padding_mode, align_corners)``.
 
@@ -1148,13 +1274,29 @@ def grid_sample(draw, entry, case, device):
 
 
 _INTERP_RANK = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+_INTERP_KERNELS = {"linear": "upsample_linear1d", "bilinear": "upsample_bilinear2d",
+                   "bicubic": "upsample_bicubic2d", "trilinear": "upsample_trilinear3d",
+                   "nearest": ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d"),
+                   "area": ("_adaptive_avg_pool1d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d")}
+
+
+def _interpolate_targets(entry: Entry, case: dict) -> tuple[str, ...]:
+    """The upsampling kernel of the case's mode (every mode's when the recipe draws it);
+    its backward for an entry about differentiation."""
+    modes = [case["mode"]] if "mode" in case else list(_INTERP_KERNELS)
+    names = []
+    for mode in modes:
+        kernels = _INTERP_KERNELS[mode]
+        names += [kernels] if isinstance(kernels, str) else list(kernels)
+    suffix = "_backward" if entry.backward else ""
+    return tuple(f"aten.{name}{suffix}" for name in names)
 
 
 def interpolate_op(x, *, size, mode, align_corners=None):
     return F.interpolate(x, size=size, mode=mode, align_corners=align_corners)
 
 
-@recipe("torch.nn.functional.interpolate")
+@recipe("torch.nn.functional.interpolate", targets=_interpolate_targets)
 def interpolate(draw, entry, case, device):
     """``F.interpolate(x, size=..., mode=..., align_corners=...)``; input rank follows the mode.
 
@@ -1169,6 +1311,8 @@ def interpolate(draw, entry, case, device):
     sides = ex.spatial(n_sp, budget=ex.limits.max_numel // (n * c * 4 ** n_sp))
     ex.tensor("x", (n, c) + sides, dtype, contiguous=None)
     size = tuple(ex.integer(1, 3 * s) for s in sides)
+    if mode == "area" and all(s == 1 for s in size):
+        size = (2,) + size[1:]  # area to all ones is a mean: the pooling kernel never runs
     ex.kwargs["size"] = size
     if mode in _INTERP_RANK:
         align_corners = ex.kwarg("align_corners", (False, True))

@@ -51,6 +51,13 @@ from conformance import recipes as torch_docs_recipes
 from conformance.kit import NO_HALF, Example, index_put_parts, pool_input, shape, window
 from engine.entry import Entry
 from engine.program import Program, RecipeSkipped, recipe
+from engine.trace import Targets
+
+# Targets: the Ascend list is about training, so reaching either the forward or the backward
+# kernel of the API is reaching it. Composite APIs are judged by what they decompose into
+# on devices without their own kernel (``l1_loss`` is ``sub``, ``abs`` and a reduction there).
+_L1_LOSS = ("aten.l1_loss", "aten.abs")
+_KL_DIV = ("aten.kl_div", "aten.xlogy", "aten.exp")
 
 
 def _example(draw, entry: Entry, case: dict, device: torch.device) -> Example:
@@ -101,7 +108,7 @@ def sum_op(x, *, dim, keepdim):
     return torch.sum(x, dim=dim, keepdim=keepdim)
 
 
-@recipe("torch.sum")
+@recipe("torch.sum", targets="aten.sum")
 def sum_(draw, entry, case, device):
     """``torch.sum(x, dim=..., keepdim=...)``, or ``torch.sum(x)`` over everything."""
     ex = _example(draw, entry, case, device)
@@ -121,7 +128,7 @@ def mean_op(x, *, dim, keepdim):
     return torch.mean(x, dim=dim, keepdim=keepdim)
 
 
-@recipe("torch.mean")
+@recipe("torch.mean", targets="aten.mean")
 def mean(draw, entry, case, device):
     """``torch.mean(x, dim=..., keepdim=...)``, or ``torch.mean(x)``."""
     ex = _example(draw, entry, case, device)
@@ -149,7 +156,7 @@ def std_op(x, *, dim, correction, keepdim):
     return torch.std(x, dim=dim, correction=correction, keepdim=keepdim)
 
 
-@recipe("torch.std")
+@recipe("torch.std", targets="aten.std")
 def std(draw, entry, case, device):
     """``torch.std(x, dim, correction, keepdim)``."""
     return _moments(draw, entry, case, device, std_op)
@@ -159,7 +166,7 @@ def var_op(x, *, dim, correction, keepdim):
     return torch.var(x, dim=dim, correction=correction, keepdim=keepdim)
 
 
-@recipe("torch.var")
+@recipe("torch.var", targets="aten.var")
 def var(draw, entry, case, device):
     """``torch.var(x, dim, correction, keepdim)``."""
     return _moments(draw, entry, case, device, var_op)
@@ -169,7 +176,7 @@ def std_mean_op(x, *, dim, correction, keepdim):
     return torch.std_mean(x, dim=dim, correction=correction, keepdim=keepdim)
 
 
-@recipe("torch.std_mean")
+@recipe("torch.std_mean", targets="aten.std_mean")
 def std_mean(draw, entry, case, device):
     """``torch.std_mean(x, dim, correction, keepdim)`` -> (std, mean)."""
     return _moments(draw, entry, case, device, std_mean_op)
@@ -179,7 +186,7 @@ def var_mean_op(x, *, dim, correction, keepdim):
     return torch.var_mean(x, dim=dim, correction=correction, keepdim=keepdim)
 
 
-@recipe("torch.var_mean")
+@recipe("torch.var_mean", targets="aten.var_mean")
 def var_mean(draw, entry, case, device):
     """``torch.var_mean(x, dim, correction, keepdim)`` -> (var, mean)."""
     return _moments(draw, entry, case, device, var_mean_op)
@@ -189,7 +196,7 @@ def trace_op(x):
     return torch.trace(x)
 
 
-@recipe("torch.trace")
+@recipe("torch.trace", targets="aten.trace")
 def trace(draw, entry, case, device):
     """``torch.trace(x)`` of a (possibly non-square) 2-D matrix."""
     ex = _example(draw, entry, case, device)
@@ -212,7 +219,7 @@ def dot_op(a, b):
     return torch.dot(a, b)
 
 
-@recipe("torch.dot")
+@recipe("torch.dot", targets="aten.dot")
 def dot(draw, entry, case, device):
     """``torch.dot(a, b)`` of two 1-D tensors; long vectors on the large scale."""
     ex = _example(draw, entry, case, device)
@@ -240,7 +247,7 @@ def matmul_op(a, b):
     return torch.matmul(a, b)
 
 
-@recipe("torch.matmul")
+@recipe("torch.matmul", targets=("aten.matmul", "aten.mm", "aten.bmm", "aten.mv", "aten.dot"))
 def matmul(draw, entry, case, device):
     """``torch.matmul(a, b)`` in each of its dispatch forms (dot, mv, mm, bmm, broadcast)."""
     ex = _example(draw, entry, case, device)
@@ -271,7 +278,7 @@ def addmm_op(x, m1, m2, *, beta, alpha):
     return torch.addmm(x, m1, m2, beta=beta, alpha=alpha)
 
 
-@recipe("torch.addmm")
+@recipe("torch.addmm", targets="aten.addmm")
 def addmm(draw, entry, case, device):
     """``torch.addmm(x, m1, m2, beta=..., alpha=...)``; ``x`` may broadcast."""
     ex = _example(draw, entry, case, device)
@@ -283,7 +290,7 @@ def tensor_addmm_op(x, m1, m2, *, beta, alpha):
     return x.addmm(m1, m2, beta=beta, alpha=alpha)
 
 
-@recipe("torch.Tensor.addmm")
+@recipe("torch.Tensor.addmm", targets="aten.addmm")
 def tensor_addmm(draw, entry, case, device):
     """``x.addmm(m1, m2, beta=..., alpha=...)`` (the method; out of place)."""
     ex = _example(draw, entry, case, device)
@@ -305,7 +312,7 @@ def addmv_op(x, mat, vec, *, beta, alpha):
     return torch.addmv(x, mat, vec, beta=beta, alpha=alpha)
 
 
-@recipe("torch.addmv")
+@recipe("torch.addmv", targets="aten.addmv")
 def addmv(draw, entry, case, device):
     """``torch.addmv(x, mat, vec, beta=..., alpha=...)``."""
     ex = _example(draw, entry, case, device)
@@ -317,7 +324,7 @@ def addmv_inplace_op(x, mat, vec, *, beta, alpha):
     return x.clone().addmv_(mat, vec, beta=beta, alpha=alpha)
 
 
-@recipe("torch.Tensor.addmv_")
+@recipe("torch.Tensor.addmv_", targets=("aten.addmv_", "aten.addmv"))
 def tensor_addmv_(draw, entry, case, device):
     """``x.clone().addmv_(mat, vec, beta=..., alpha=...)``."""
     ex = _example(draw, entry, case, device)
@@ -341,7 +348,7 @@ def addbmm_op(x, b1, b2, *, beta, alpha):
     return torch.addbmm(x, b1, b2, beta=beta, alpha=alpha)
 
 
-@recipe("torch.addbmm")
+@recipe("torch.addbmm", targets="aten.addbmm")
 def addbmm(draw, entry, case, device):
     """``torch.addbmm(x, b1, b2, beta=..., alpha=...)``."""
     ex = _example(draw, entry, case, device)
@@ -353,7 +360,7 @@ def addbmm_inplace_op(x, b1, b2, *, beta, alpha):
     return x.clone().addbmm_(b1, b2, beta=beta, alpha=alpha)
 
 
-@recipe("torch.Tensor.addbmm_")
+@recipe("torch.Tensor.addbmm_", targets=("aten.addbmm_", "aten.addbmm"))
 def tensor_addbmm_(draw, entry, case, device):
     """``x.clone().addbmm_(b1, b2, beta=..., alpha=...)``."""
     ex = _example(draw, entry, case, device)
@@ -373,7 +380,7 @@ def index_put_idx0_idx1_op(x, idx0, idx1, values, *, accumulate):
     return x.clone().index_put_((idx0, idx1), values, accumulate=accumulate)
 
 
-@recipe("torch.Tensor.index_put_")
+@recipe("torch.Tensor.index_put_", targets=("aten.index_put_", "aten.index_put", "aten._index_put_impl_"))
 def tensor_index_put_(draw, entry, case, device):
     """``x.clone().index_put_((idx0[, idx1]), values, accumulate=...)``, duplicates included.
 
@@ -396,7 +403,8 @@ def batch_norm_op(x, running_mean, running_var, weight, bias, *, training, momen
     return (out, running_mean, running_var)
 
 
-@recipe("torch.nn.functional.batch_norm")
+@recipe("torch.nn.functional.batch_norm",
+        targets=("aten.native_batch_norm", "aten._native_batch_norm_legit", "aten._batch_norm_with_update", "aten._batch_norm_no_update", "aten.cudnn_batch_norm", "aten.miopen_batch_norm", "aten.native_batch_norm_backward", "aten.batch_norm_backward"))
 def batch_norm(draw, entry, case, device):
     """``F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)``.
 
@@ -427,7 +435,7 @@ def layer_norm_op(x, *, normalized_shape):
     return F.layer_norm(x, normalized_shape, eps=1e-05)
 
 
-@recipe("torch.nn.functional.layer_norm")
+@recipe("torch.nn.functional.layer_norm", targets=("aten.native_layer_norm", "aten.native_layer_norm_backward"))
 def layer_norm(draw, entry, case, device):
     """``F.layer_norm(x, normalized_shape, weight, bias, eps)`` over the last 1-2 dims."""
     ex = _example(draw, entry, case, device)
@@ -449,7 +457,7 @@ def prelu_op(x, weight):
     return F.prelu(x, weight)
 
 
-@recipe("torch.nn.functional.prelu")
+@recipe("torch.nn.functional.prelu", targets=("aten.prelu", "aten._prelu_kernel", "aten._prelu_kernel_backward"))
 def prelu(draw, entry, case, device):
     """``F.prelu(x, weight)`` with one shared slope or one per channel.
 
@@ -471,7 +479,8 @@ def prelu(draw, entry, case, device):
 # Pooling, fold / unfold
 
 
-@recipe("torch.nn.functional.adaptive_avg_pool2d")
+@recipe("torch.nn.functional.adaptive_avg_pool2d",
+        targets=("aten._adaptive_avg_pool2d", "aten._adaptive_avg_pool2d_backward"))
 def functional_adaptive_avg_pool2d(draw, entry, case, device):
     """``F.adaptive_avg_pool2d``: the ``nn.AdaptiveAvgPool2d`` recipe, with backward."""
     return torch_docs_recipes.adaptive_avg_pool2d(draw, _for_training(entry), case, device)
@@ -482,7 +491,7 @@ def avg_pool2d_op(x, *, kernel_size, stride, padding, ceil_mode, count_include_p
                         count_include_pad=count_include_pad, divisor_override=divisor_override)
 
 
-@recipe("torch.nn.functional.avg_pool2d")
+@recipe("torch.nn.functional.avg_pool2d", targets=("aten.avg_pool2d", "aten.avg_pool2d_backward"))
 def avg_pool2d(draw, entry, case, device):
     """``F.avg_pool2d(x, k, stride, padding, ceil_mode, count_include_pad, divisor_override)``.
 
@@ -529,7 +538,7 @@ def unfold_op(x, *, kernel_size, dilation, padding, stride):
     return F.unfold(x, kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride)
 
 
-@recipe("torch.nn.functional.unfold")
+@recipe("torch.nn.functional.unfold", targets=("aten.im2col", "aten.col2im"))
 def unfold(draw, entry, case, device):
     """``F.unfold(x, kernel_size, dilation, padding, stride)`` (im2col); its backward is a fold (col2im)."""
     ex = _example(draw, entry, case, device)
@@ -545,7 +554,7 @@ def fold_op(x, *, output_size, kernel_size, dilation, padding, stride):
     return F.fold(x, output_size, kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride)
 
 
-@recipe("torch.nn.functional.fold")
+@recipe("torch.nn.functional.fold", targets=("aten.col2im", "aten.im2col"))
 def fold(draw, entry, case, device):
     """``F.fold(x, output_size, kernel_size, dilation, padding, stride)`` (col2im).
 
@@ -579,7 +588,7 @@ def mse_loss_op(x, target, *, reduction):
     return F.mse_loss(x, target, reduction=reduction)
 
 
-@recipe("torch.nn.functional.mse_loss")
+@recipe("torch.nn.functional.mse_loss", targets=("aten.mse_loss", "aten.mse_loss_backward"))
 def mse_loss(draw, entry, case, device):
     """``F.mse_loss(x, target, reduction=...)``."""
     ex = _example(draw, entry, case, device)
@@ -592,7 +601,7 @@ def l1_loss_op(x, target, *, reduction):
     return F.l1_loss(x, target, reduction=reduction)
 
 
-@recipe("torch.nn.functional.l1_loss")
+@recipe("torch.nn.functional.l1_loss", targets=_L1_LOSS)
 def l1_loss(draw, entry, case, device):
     """``F.l1_loss(x, target, reduction=...)``."""
     ex = _example(draw, entry, case, device)
@@ -605,7 +614,8 @@ def smooth_l1_loss_op(x, target, *, reduction, beta):
     return F.smooth_l1_loss(x, target, reduction=reduction, beta=beta)
 
 
-@recipe("torch.nn.functional.smooth_l1_loss")
+@recipe("torch.nn.functional.smooth_l1_loss",
+        targets=("aten.smooth_l1_loss", "aten.smooth_l1_loss_backward") + _L1_LOSS)  # beta=0 is l1_loss
 def smooth_l1_loss(draw, entry, case, device):
     """``F.smooth_l1_loss(x, target, reduction=..., beta=...)``; ``beta=0`` is the L1 path."""
     ex = _example(draw, entry, case, device)
@@ -619,7 +629,7 @@ def soft_margin_loss_op(x, target, *, reduction):
     return F.soft_margin_loss(x, target, reduction=reduction)
 
 
-@recipe("torch.nn.functional.soft_margin_loss")
+@recipe("torch.nn.functional.soft_margin_loss", targets=("aten.soft_margin_loss", "aten.soft_margin_loss_backward"))
 def soft_margin_loss(draw, entry, case, device):
     """``F.soft_margin_loss(x, target, reduction=...)`` with targets in {-1, 1}."""
     ex = _example(draw, entry, case, device)
@@ -640,7 +650,8 @@ def binary_cross_entropy_op(p, target, *, reduction):
     return F.binary_cross_entropy(p, target, reduction=reduction)
 
 
-@recipe("torch.nn.functional.binary_cross_entropy")
+@recipe("torch.nn.functional.binary_cross_entropy",
+        targets=("aten.binary_cross_entropy", "aten.binary_cross_entropy_backward"))
 def binary_cross_entropy(draw, entry, case, device):
     """``F.binary_cross_entropy(p, target, weight=..., reduction=...)``; ``p`` is a sigmoid of seeded logits."""
     ex = _example(draw, entry, case, device)
@@ -664,7 +675,7 @@ def binary_cross_entropy_with_logits_op(x, target, *, reduction):
     return F.binary_cross_entropy_with_logits(x, target, reduction=reduction)
 
 
-@recipe("torch.nn.functional.binary_cross_entropy_with_logits")
+@recipe("torch.nn.functional.binary_cross_entropy_with_logits", targets="aten.binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(draw, entry, case, device):
     """``F.binary_cross_entropy_with_logits(x, target, pos_weight=..., reduction=...)``."""
     ex = _example(draw, entry, case, device)
@@ -685,7 +696,7 @@ def kl_div_op(log_p, target, *, reduction, log_target):
     return F.kl_div(log_p, target, reduction=reduction, log_target=log_target)
 
 
-@recipe("torch.nn.functional.kl_div")
+@recipe("torch.nn.functional.kl_div", targets=_KL_DIV)
 def kl_div(draw, entry, case, device):
     """``F.kl_div(log_p, target, reduction=..., log_target=...)`` on softmax distributions."""
     ex = _example(draw, entry, case, device)
@@ -707,7 +718,8 @@ def multilabel_margin_loss_op(x, target, *, reduction):
     return F.multilabel_margin_loss(x, target, reduction=reduction)
 
 
-@recipe("torch.nn.functional.multilabel_margin_loss")
+@recipe("torch.nn.functional.multilabel_margin_loss",
+        targets=("aten.multilabel_margin_loss_forward", "aten.multilabel_margin_loss_backward"))
 def multilabel_margin_loss(draw, entry, case, device):
     """``F.multilabel_margin_loss(x, target, reduction=...)``.
 
@@ -763,7 +775,8 @@ def nll_loss_op(x, target, *, ignore_index, reduction):
     return F.nll_loss(x, target, ignore_index=ignore_index, reduction=reduction)
 
 
-@recipe("torch.nn.functional.nll_loss")
+@recipe("torch.nn.functional.nll_loss",
+        targets=("aten.nll_loss_forward", "aten.nll_loss2d_forward", "aten.nll_loss_backward", "aten.nll_loss2d_backward"))
 def functional_nll_loss(draw, entry, case, device):
     """``F.nll_loss(x, target, ...)`` on ``(C)``, ``(N, C)``, ``(N, C, d)`` or ``(N, C, H, W)`` input."""
     ex = _example(draw, entry, case, device)
@@ -788,7 +801,7 @@ def nll_loss2d_op(x, target, *, ignore_index, reduction):
     return loss(x, target)
 
 
-@recipe("torch.nn.NLLLoss2d")
+@recipe("torch.nn.NLLLoss2d", targets=("aten.nll_loss2d_forward", "aten.nll_loss2d_backward"))
 def nll_loss2d(draw, entry, case, device):
     """``torch.nn.NLLLoss2d(...)(x, target)`` on ``(N, C, H, W)``, the module the list names.
 
@@ -804,13 +817,14 @@ def nll_loss2d(draw, entry, case, device):
     return ex.program(op, grads=("x",), **constants)
 
 
-@recipe("torch.nn.functional.ctc_loss")
+@recipe("torch.nn.functional.ctc_loss",
+        targets=Targets(("aten._ctc_loss", "aten._ctc_loss_backward"), {"cuda": ("aten._ctc_loss", "aten._ctc_loss_backward", "aten._cudnn_ctc_loss")}))
 def functional_ctc_loss(draw, entry, case, device):
     """``F.ctc_loss``: the ``nn.CTCLoss`` recipe, with backward."""
     return torch_docs_recipes.ctc_loss(draw, _for_training(entry), case, device)
 
 
-@recipe("torch.nn.functional.embedding")
+@recipe("torch.nn.functional.embedding", targets=("aten.embedding", "aten.embedding_dense_backward"))
 def functional_embedding(draw, entry, case, device):
     """``F.embedding``: the ``nn.Embedding`` recipe (duplicate ids collide in the weight gradient), with backward."""
     return torch_docs_recipes.embedding(draw, _for_training(entry), case, device)
@@ -833,7 +847,7 @@ def convolution_backward_op(grad_output, input, weight, *, bias_sizes, stride, p
                                                transposed, output_padding, groups, output_mask)
 
 
-@recipe("torch.ops.aten.convolution_backward")
+@recipe("torch.ops.aten.convolution_backward", targets="aten.convolution_backward")
 def convolution_backward(draw, entry, case, device):
     """``torch.ops.aten.convolution_backward(grad_output, input, weight, bias_sizes, stride, padding,
     dilation, transposed, output_padding, groups, output_mask)`` -> (grad_input, grad_weight, grad_bias).
@@ -899,7 +913,7 @@ def npu_linear_op(x, weight, bias):
     return torch_npu.npu_linear(x, weight, bias)
 
 
-@recipe("torch_npu.npu_linear")
+@recipe("torch_npu.npu_linear", targets="npu.npu_linear")
 def npu_linear(draw, entry, case, device):
     """``torch_npu.npu_linear(x, weight, bias)``: x (N, in), weight (out, in), bias (out)."""
     _require_torch_npu(entry, device)
@@ -936,7 +950,7 @@ def npu_convolution_op(x, weight, bias, *, stride, padding, dilation, groups):
     return torch_npu.npu_convolution(x, weight, bias, stride, padding, dilation, groups)
 
 
-@recipe("torch_npu.npu_convolution")
+@recipe("torch_npu.npu_convolution", targets="npu.npu_convolution")
 def npu_convolution(draw, entry, case, device):
     """``torch_npu.npu_convolution(x, weight, bias, stride, padding, dilation, groups)`` (2-D)."""
     _require_torch_npu(entry, device)
@@ -951,7 +965,7 @@ def npu_convolution_transpose_op(x, weight, bias, *, padding, stride, dilation, 
     return torch_npu.npu_convolution_transpose(x, weight, bias, padding, [0, 0], stride, dilation, groups)
 
 
-@recipe("torch_npu.npu_convolution_transpose")
+@recipe("torch_npu.npu_convolution_transpose", targets="npu.npu_convolution_transpose")
 def npu_convolution_transpose(draw, entry, case, device):
     """``torch_npu.npu_convolution_transpose(x, weight, bias, padding, output_padding, stride, dilation, groups)`` (2-D)."""
     _require_torch_npu(entry, device)
@@ -968,7 +982,7 @@ def npu_deformable_conv2d_op(x, weight, offset, bias, *, kernel_size, padding):
                                            modulated=True)
 
 
-@recipe("torch_npu.npu_deformable_conv2d")
+@recipe("torch_npu.npu_deformable_conv2d", targets="npu.npu_deformable_conv2d")
 def npu_deformable_conv2d(draw, entry, case, device):
     """``torch_npu.npu_deformable_conv2d(x, weight, offset, bias, kernel_size, stride, padding, ...)``.
 
@@ -998,7 +1012,7 @@ def npu_ps_roi_pooling_op(x, rois, *, group_size, output_dim):
     return torch_npu.npu_ps_roi_pooling(x, rois, 1.0, group_size, output_dim)
 
 
-@recipe("torch_npu.npu_ps_roi_pooling")
+@recipe("torch_npu.npu_ps_roi_pooling", targets="npu.npu_ps_roi_pooling")
 def npu_ps_roi_pooling(draw, entry, case, device):
     """``torch_npu.npu_ps_roi_pooling(x, rois, spatial_scale, group_size, output_dim)``.
 
@@ -1028,7 +1042,7 @@ def npu_group_norm_swish_op(x, weight, bias, *, num_groups, swish_scale):
     return torch_npu.npu_group_norm_swish(x, num_groups, weight, bias, eps=1e-05, swish_scale=swish_scale)
 
 
-@recipe("torch_npu.npu_group_norm_swish")
+@recipe("torch_npu.npu_group_norm_swish", targets="npu.npu_group_norm_swish")
 def npu_group_norm_swish(draw, entry, case, device):
     """``torch_npu.npu_group_norm_swish(x, num_groups, weight, bias, eps, swish_scale)`` -> (out, mean, rstd)."""
     _require_torch_npu(entry, device)

@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 
 from conformance import sweep
 from engine.entry import Entry
-from engine.program import Program, RecipeSkipped, recipe_prefix
+from engine.program import NOT_JUDGED, Program, RecipeSkipped, recipe_prefix
 from engine.runner import UNSUPPORTED
 
 # At most this many samples of an OpInfo are generated and considered per
@@ -382,7 +382,7 @@ def _differentiable(value: Any) -> bool:
 # The recipe
 
 
-@recipe_prefix(sweep.OP_PREFIX)
+@recipe_prefix(sweep.OP_PREFIX, targets=NOT_JUDGED)  # no sentence names a kernel: reach is not judged
 def opinfo_sample(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """One sample input of the entry's OpInfo, run as ``opinfo.op(input, *args, **kwargs)``."""
     name = entry.op[len(sweep.OP_PREFIX):]

@@ -7,7 +7,9 @@ here. ``docs/results-schema.md`` lists the same words; a test keeps the two equa
 from __future__ import annotations
 
 #: Version of the results-file format (docs/results-schema.md).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Older schema versions readers still take (rows without phase or reach).
+READABLE_SCHEMAS = (1, 2)
 
 #: Determinism settings a case runs under, with the call that sets each. ``off`` is the positive control.
 MODE_CALLS: dict[str, str] = {
@@ -69,6 +71,7 @@ VERDICTS: dict[str, tuple[bool, str]] = {
     "missing-warning": (False, "documented to warn in warn_only mode, did not"),
     "spurious-warning": (False, "warned although no warning is documented"),
     "violated": (False, "a flag-API or reproducibility promise did not hold"),
+    "not-reached": (False, "no example dispatched the operator the sentence is about: nothing was judged"),
     "harness-error": (False, "the suite itself failed (must be zero)"),
     "conforms": (True, "behaves as documented"),
     "nondeterminism-seen": (True, "mode off: run-to-run differences seen (informational)"),
@@ -83,6 +86,19 @@ PASSING = tuple(v for v, (passing, _) in VERDICTS.items() if passing)
 #: then the informational verdicts.
 INFORMATIONAL = ("nondeterminism-seen", "no-difference-seen", "recorded")
 DISPLAY_ORDER = ("conforms",) + FAILING + ("unsupported", "skipped") + INFORMATIONAL
+
+
+#: Verdicts that speak of the documented kernel's behaviour, or of its absence (no raise, no
+#: warning, no difference): true only for an example that reached the kernel. An example that
+#: did not reach it gets ``not-reached`` instead. What a program did regardless of its route
+#: (differed in deterministic mode, raised or warned unasked, wrong result) stands.
+REACH_GATED = ("conforms", "stale-doc", "missing-raise", "missing-warning", "no-difference-seen",
+               "nondeterminism-seen")
+#: Phases of a backward entry: the whole program under the mode, or only the backward.
+PHASES: dict[str, str] = {
+    "program": "forward and backward under the mode, as users run it",
+    "backward-only": "forward with determinism off, only the backward under the mode",
+}
 
 
 def is_passing(verdict: str) -> bool:

@@ -34,6 +34,11 @@ class Observation:
     - ``max_abs_diff``: largest absolute difference among differing float tensors.
     - ``fingerprint``: SHA-256 over run 0's bytes (outputs and gradients).
     - ``example`` / ``repro`` / ``case``: what ran, and the source that rebuilds it.
+    - ``dispatched``: the most frequent ATen operators the runs dispatched (name → calls).
+    - ``targets``: the operators the entry's sentence is about (None: reach not judged).
+    - ``reached``: whether a run dispatched a target (None: not judged).
+    - ``unreachable``: why the example cannot reach its kernel whatever it dispatches
+      (an empty index: the kernel returns before it runs).
 
     Added by the harness:
 
@@ -60,6 +65,10 @@ class Observation:
     example: str = ""
     repro: str = ""
     case: dict[str, Any] = field(default_factory=dict)
+    dispatched: dict[str, int] = field(default_factory=dict)
+    targets: list[str] | None = None
+    reached: bool | None = None
+    unreachable: str | None = None
     wrong_result: str | None = None
     check: bool = False
     held: bool | None = None

@@ -12,6 +12,7 @@ the promise, not numerical closeness.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import warnings
@@ -20,11 +21,15 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from engine.determinism import deterministic_mode
+from collections import Counter
+
+from detconf.vocabulary import PHASES
+from engine.determinism import apply_mode, deterministic_mode
 from engine.observation import Observation
 from engine.program import Program
+from engine.trace import DispatchTrace, reached, top_ops
 
-__all__ = ["DETERMINISM_ALERT", "Observation", "RunOutcome", "UNSUPPORTED", "as_bytes", "compare_runs",
+__all__ = ["DETERMINISM_ALERT", "Observation", "PHASES", "RunOutcome", "UNSUPPORTED", "as_bytes", "compare_runs",
            "compare_values", "dense_cpu", "flatten_tensors", "observe", "run_program", "run_values"]
 
 # The phrases torch's alerts use, both for the error and for the warn_only
@@ -37,6 +42,9 @@ UNSUPPORTED = re.compile(
     re.IGNORECASE,
 )
 GRAD_SEED = 20_240_917
+# Phases (detconf.vocabulary.PHASES): ``backward-only`` exists because torch.nn.functional routes
+# some CUDA forwards to decompositions when the mode is on, so the native backward kernel a
+# sentence names runs only when the forward ran outside the mode.
 
 
 @dataclass
@@ -51,6 +59,7 @@ class RunRecord:
     other_error: str | None = None
     unsupported: str | None = None
     alert_warnings: list[str] = field(default_factory=list)
+    ops: Counter = field(default_factory=Counter)  # ATen overloads dispatched, forward and backward
 
 
 @dataclass
@@ -132,17 +141,28 @@ def _classify(exc: BaseException, record: RunRecord, phase: str) -> None:
         record.other_error = first_line
 
 
-def _run_once(program: Program, synchronize: Callable[[], None]) -> RunRecord:
+def _traced(trace: DispatchTrace | None):
+    return trace if trace is not None else contextlib.nullcontext()
+
+
+def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | None = None,
+              phase: str = "program", trace: bool = True) -> RunRecord:
+    """One run. ``mode`` is switched inside the run only for ``phase="backward-only"``
+    (forward with determinism off, backward under ``mode``); otherwise the caller set it."""
     record = RunRecord()
-    phase = "forward"
+    tracer = DispatchTrace() if trace else None
+    where = "forward"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             inputs = _fresh_inputs(program)
-            result = program.fn(**inputs)
+            if phase == "backward-only":
+                apply_mode("off")
+            with _traced(tracer):
+                result = program.fn(**inputs)
             outputs = flatten_tensors(result)
             if program.grad_inputs:
-                phase = "backward"
+                where = "backward"
                 roots, grads = [], []
                 for i, (_, t) in enumerate(outputs):
                     if t.requires_grad and (t.is_floating_point() or t.is_complex()):
@@ -150,7 +170,10 @@ def _run_once(program: Program, synchronize: Callable[[], None]) -> RunRecord:
                         grads.append(_seeded_like(t, i))
                 if not roots:
                     raise AssertionError("backward entry but no differentiable output")
-                torch.autograd.backward(roots, grads)
+                if phase == "backward-only":
+                    apply_mode(mode)
+                with _traced(tracer):
+                    torch.autograd.backward(roots, grads)
                 for name in program.grad_inputs:
                     grad = inputs[name].grad
                     if grad is not None:
@@ -162,7 +185,9 @@ def _run_once(program: Program, synchronize: Callable[[], None]) -> RunRecord:
                 record.values.append(dense)
                 record.outputs.append(as_bytes(dense))
         except Exception as exc:  # noqa: BLE001 - every failure is evidence
-            _classify(exc, record, phase)
+            _classify(exc, record, where)
+    if tracer is not None:
+        record.ops = tracer.ops
     record.alert_warnings = [str(w.message).splitlines()[0][:500] for w in caught if DETERMINISM_ALERT.search(str(w.message))]
     return record
 
@@ -207,9 +232,12 @@ def observe(
     runs: int = 2,
     synchronize: Callable[[], None] = lambda: None,
     case: dict[str, Any] | None = None,
+    targets: tuple[str, ...] | None = None,
+    phase: str = "program",
 ) -> Observation:
     """Run ``program`` ``runs`` times under ``mode`` and say what happened."""
-    return run_program(program, mode, runs=runs, synchronize=synchronize, case=case).observation
+    return run_program(program, mode, runs=runs, synchronize=synchronize, case=case, targets=targets,
+                       phase=phase).observation
 
 
 def run_program(
@@ -219,15 +247,37 @@ def run_program(
     runs: int = 2,
     synchronize: Callable[[], None] = lambda: None,
     case: dict[str, Any] | None = None,
+    targets: tuple[str, ...] | None = None,
+    phase: str = "program",
 ) -> RunOutcome:
-    """:func:`observe`, keeping run 0's values for a differential comparison."""
+    """:func:`observe`, keeping run 0's values for a differential comparison.
+
+    Every run is traced (:class:`~engine.trace.DispatchTrace`): the observation
+    carries the most frequent operators dispatched and, given ``targets``,
+    whether any run reached one. A program that says it cannot reach its
+    kernel (``meta["unreachable"]``, e.g. an empty index on which the kernel
+    returns before it runs) does not reach, whatever it dispatched.
+    """
     if runs < 2:
         raise ValueError(f"runs must be at least 2 to compare, got {runs}")
+    if phase not in PHASES:
+        raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+    if phase == "backward-only" and not program.grad_inputs:
+        raise ValueError("phase 'backward-only' needs a program with gradients")
     records = []
     with deterministic_mode(mode, rng=True):
         for _ in range(runs):
-            records.append(_run_once(program, synchronize))
+            records.append(_run_once(program, synchronize, mode=mode, phase=phase))
     obs = Observation(runs=runs, example=program.describe, repro=program.repro, case=dict(case or {}))
+    dispatched: Counter = Counter()
+    for r in records:
+        dispatched |= r.ops  # per operator, the most calls seen in one run
+    obs.dispatched = top_ops(dispatched)
+    if targets is not None:
+        obs.targets = list(targets)
+        obs.reached = reached(targets, dispatched) and not program.meta.get("unreachable")
+        if program.meta.get("unreachable"):
+            obs.unreachable = str(program.meta["unreachable"])
     for r in records:
         if r.alert_error:
             obs.raised_runs += 1
@@ -275,7 +325,7 @@ def run_values(program: Program, mode: str, *, device: torch.device | None = Non
         program = Program(fn=program.fn, inputs={k: v.to(device) for k, v in program.inputs.items()},
                           grad_inputs=program.grad_inputs, describe=program.describe)
     with deterministic_mode(mode, rng=True):
-        record = _run_once(program, lambda: None)
+        record = _run_once(program, lambda: None, trace=False)
     if record.alert_error or record.unsupported or record.other_error:
         return None
     return list(zip(record.labels, record.values))

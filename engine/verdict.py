@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from detconf.vocabulary import EXPECTATIONS, FAILING, PASSING, STRICT_SOURCES, UNLISTED_SOURCES, VERDICTS
+from detconf.vocabulary import EXPECTATIONS, FAILING, PASSING, REACH_GATED, STRICT_SOURCES, UNLISTED_SOURCES, VERDICTS
 from engine.entry import Entry
 from engine.observation import Observation
 
@@ -79,6 +79,8 @@ def verdict_for(expected: str, obs: Observation, *, listed: bool = True) -> str:
         return "undocumented-nondeterminism"
     if verdict == "conforms" and obs.wrong_result:
         return "wrong-result"
+    if obs.reached is False and verdict in REACH_GATED:
+        return "not-reached"
     return verdict
 
 
@@ -123,10 +125,17 @@ def _op_verdict(expected: str, obs: Observation) -> str:
 
 def worst(verdicts: Iterable[str]) -> str:
     """Combine per-example verdicts: the worst failing one, else ``conforms`` if
-    any example conformed, else the informational / unsupported one."""
+    any example conformed, else the informational / unsupported one.
+
+    Examples that did not reach their kernel (``not-reached``) are not evidence:
+    they are left out whenever another example conformed, failed or was
+    informational, so the case is ``not-reached`` only when no example reached.
+    """
     seen = list(verdicts)
     if not seen:
         return "harness-error"
+    if "not-reached" in seen and any(v not in ("not-reached", "unsupported", "skipped") for v in seen):
+        seen = [v for v in seen if v != "not-reached"]
     for v in VERDICTS:
         if v in seen:
             if v in PASSING and "conforms" in seen:

@@ -1,6 +1,6 @@
 """Compare two results files cell by cell: entries added/removed, verdicts changed.
 
-Cells are matched on (source, doc_version, entry_id, device, mode) -- the torch version is left
+Cells are matched on (source, doc_version, entry_id, phase, device, mode) -- the torch version is left
 out so that two torch releases can be compared. A regression is a cell that was ``conforms``
 and now holds any other verdict; a cell that disappeared is reported, and counts as a
 regression only with ``strict=True``.
@@ -17,14 +17,14 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
-from reports.load import Results, device_key, entry_sort_key, load, mode_key
+from reports.load import DEFAULT_PHASE, Results, device_key, entry_sort_key, load, mode_key
 
-DIFF_KEY = ("source", "doc_version", "entry_id", "device", "mode")
+DIFF_KEY = ("source", "doc_version", "entry_id", "phase", "device", "mode")
 
 
 @dataclass(frozen=True)
 class Cell:
-    entry: tuple  # (source, doc_version, entry_id)
+    entry: tuple  # (source, doc_version, entry_id, phase)
     device: str
     mode: str
 
@@ -54,7 +54,8 @@ class Diff:
 def _cells(results: Results) -> dict[Cell, dict]:
     out = {}
     for rec in results.records:
-        cell = Cell((rec["source"], rec.get("doc_version"), rec["entry_id"]), rec["device"], rec["mode"])
+        cell = Cell((rec["source"], rec.get("doc_version"), rec["entry_id"], rec.get("phase") or DEFAULT_PHASE),
+                    rec["device"], rec["mode"])
         out[cell] = rec  # load() already kept one record per DIFF_KEY (the later line)
     return out
 
@@ -119,8 +120,9 @@ def compare(a: Results, b: Results, *, strict: bool = False) -> Diff:
 
 
 def _entry_name(entry: tuple) -> str:
-    source, doc_version, entry_id = entry
-    extra = source + (f", docs {doc_version}" if doc_version else "")
+    source, doc_version, entry_id, phase = entry
+    extra = source + (f", docs {doc_version}" if doc_version else "") + (
+        f", {phase}" if phase != DEFAULT_PHASE else "")
     return f"{entry_id} ({extra})"
 
 

@@ -23,7 +23,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from detconf.vocabulary import DISPLAY_ORDER, MODES, SCHEMA_VERSION, meaning
+from detconf.vocabulary import DISPLAY_ORDER, MODES, PHASES, READABLE_SCHEMAS, SCHEMA_VERSION, meaning
 from detconf.vocabulary import PASSING as _PASSING
 
 # Display order is the order of this mapping: conforms, failures from the worst, then the
@@ -36,12 +36,14 @@ FAILING = tuple(v for v in VERDICTS if v not in PASSING)
 KNOWN_DEVICES = ("cpu", "cuda", "mps", "npu", "xpu")
 
 #: Two rows with the same key describe the same cell; the later file/line wins.
-MERGE_KEY = ("source", "doc_version", "entry_id", "device", "mode", "torch_version")
-#: One matrix row per entry.
-ENTRY_KEY = ("source", "doc_version", "entry_id")
+MERGE_KEY = ("source", "doc_version", "entry_id", "phase", "device", "mode", "torch_version")
+#: One matrix row per entry and phase (a backward entry's ``backward-only`` phase is a row of its own).
+ENTRY_KEY = ("source", "doc_version", "entry_id", "phase")
 #: What the matrix shows of an entry (from its latest row).
-ENTRY_ATTRIBUTES = ("source", "doc_version", "list_name", "position", "entry_id", "op",
+ENTRY_ATTRIBUTES = ("source", "doc_version", "list_name", "position", "entry_id", "phase", "op",
                     "sentence", "promise")
+#: The phase of rows written before phases existed (schema 1).
+DEFAULT_PHASE = "program"
 
 _REQUIRED_STR = (
     "run_id", "entry_id", "op", "sentence", "source", "list_name", "promise",
@@ -54,9 +56,9 @@ _REQUIRED = frozenset(_REQUIRED_STR)
 #: sentence is on the entry (``Results.entries``); the evidence (``detail``) stays in
 #: ``Results.records``.
 ROW_FIELDS = (
-    "source", "doc_version", "list_name", "entry_id", "op", "promise", "torch_version",
+    "source", "doc_version", "list_name", "entry_id", "phase", "op", "promise", "torch_version",
     "device", "device_name", "mode", "expected", "observed", "verdict", "examples", "runs",
-    "run_id", "nodeid", "duration_s",
+    "reach", "run_id", "nodeid", "duration_s",
 )
 #: Fields every result record is checked on (column-wise, see _first_bad).
 _CHECKED_FIELDS = _REQUIRED_STR + ("doc_version", "position", "detail")
@@ -117,6 +119,7 @@ def entry_sort_key(rec: dict) -> tuple:
     return (
         rec["source"], rec["list_name"], pos is None, pos if pos is not None else 0,
         natural_key(rec["entry_id"]), rec["entry_id"], rec.get("doc_version") or "",
+        (rec.get("phase") or DEFAULT_PHASE) != DEFAULT_PHASE,
     )
 
 
@@ -148,6 +151,8 @@ def _check_result(rec: dict, path: str, lineno: int) -> None:
         raise _fail(path, lineno, f"unknown verdict {rec['verdict']!r}")
     if rec["mode"] not in MODES:
         raise _fail(path, lineno, f"unknown mode {rec['mode']!r} (expected one of {', '.join(MODES)})")
+    if rec.get("phase", DEFAULT_PHASE) not in PHASES:
+        raise _fail(path, lineno, f"unknown phase {rec['phase']!r} (expected one of {', '.join(PHASES)})")
     doc_version = rec.get("doc_version")
     if doc_version is not None and not isinstance(doc_version, str):
         raise _fail(path, lineno, "field 'doc_version' must be a string or null")
@@ -202,13 +207,11 @@ def _check_record(rec: object, name: str, lineno: int, schema_seen: list) -> str
     if not isinstance(rec, dict):
         raise _fail(name, lineno, f"expected a JSON object, got {type(rec).__name__}")
     schema = rec.get("schema")
-    if schema_seen:
-        if schema != schema_seen[0]:
-            raise _fail(name, lineno, f"mixed schema versions ({schema_seen[0]!r} then {schema!r})")
-    else:
-        if schema != SCHEMA_VERSION:
-            what = "missing 'schema'" if schema is None else f"unsupported schema {schema!r}"
-            raise _fail(name, lineno, f"{what} (this reader knows schema {SCHEMA_VERSION})")
+    if schema not in READABLE_SCHEMAS or type(schema) is not int:
+        what = "missing 'schema'" if schema is None else f"unsupported schema {schema!r}"
+        known = ", ".join(map(str, READABLE_SCHEMAS))
+        raise _fail(name, lineno, f"{what} (this reader knows schemas {known}; it writes {SCHEMA_VERSION})")
+    if not schema_seen:
         schema_seen.append(schema)
     kind = rec.get("record")
     if kind == "result":
@@ -296,6 +299,8 @@ def _first_bad(columns: dict[str, list]) -> int | None:
         first(columns["verdict"], lambda v: v in VERDICTS)
     if not set(columns["mode"]) <= set(MODES):
         first(columns["mode"], lambda v: v in MODES)
+    if not set(columns["phase"]) <= set(PHASES):
+        first(columns["phase"], lambda v: v in PHASES)
     if not set(map(type, columns["doc_version"])) <= {str, type(None)}:
         first(columns["doc_version"], lambda v: v is None or type(v) is str)
     if not set(map(type, columns["position"])) <= {int, type(None)}:
@@ -361,6 +366,8 @@ def _load(paths, key: tuple[str, ...]) -> Results:
         raise NoResults(f"{', '.join(os.fspath(p) for p in paths)}: no result records")
 
     columns = _columns(records, _CHECKED_FIELDS + tuple(f for f in ROW_FIELDS if f not in _CHECKED_FIELDS))
+    if None in set(columns["phase"]):
+        columns["phase"] = [p if p is not None else DEFAULT_PHASE for p in columns["phase"]]
     bad = _first_bad(columns)
     if bad is not None:
         _check_result(records[bad], files[bad], lines[bad])
@@ -398,6 +405,7 @@ def _load(paths, key: tuple[str, ...]) -> Results:
         entry_records.append({c: rec.get(c) for c in ENTRY_ATTRIBUTES})
     entries = pd.DataFrame(entry_records, columns=list(ENTRY_ATTRIBUTES))
     entries["doc_version"] = entries["doc_version"].fillna("").astype(object)
+    entries["phase"] = entries["phase"].fillna(DEFAULT_PHASE).astype(object)
     return Results(
         values=values,
         entry_codes=e_codes[perm],

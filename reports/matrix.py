@@ -32,6 +32,7 @@ COLOURS: dict[str, str] = {
     "stale-doc": "#ffb74d",
     "missing-warning": "#fb8c00",
     "spurious-warning": "#ffe0b2",
+    "not-reached": "#6d4c41",
     "harness-error": "#7b1fa2",
     "unsupported": "#9e9e9e",
     "skipped": "#e0e0e0",
@@ -42,13 +43,13 @@ COLOURS: dict[str, str] = {
 MISSING_COLOUR = "#ffffff"
 # Verdicts whose colour is dark enough to need white text.
 _DARK = frozenset({"conforms", "nondeterministic", "undocumented-nondeterminism", "wrong-result",
-                   "violated", "missing-raise", "undocumented-raise", "harness-error",
+                   "violated", "missing-raise", "undocumented-raise", "not-reached", "harness-error",
                    "nondeterminism-seen"})
 
 #: Entry columns shown with the matrix, in order.
-ENTRY_COLUMNS = ("source", "doc_version", "list_name", "entry_id", "op", "promise", "sentence")
+ENTRY_COLUMNS = ("source", "doc_version", "list_name", "entry_id", "phase", "op", "promise", "sentence")
 _HEADINGS = {"source": "source", "doc_version": "doc version", "list_name": "list",
-             "entry_id": "entry", "op": "op", "promise": "promise", "sentence": "sentence"}
+             "entry_id": "entry", "phase": "phase", "op": "op", "promise": "promise", "sentence": "sentence"}
 
 #: Beyond this many entries the picture shows a selection (failing entries first).
 PNG_MAX_ENTRIES = 200
@@ -133,6 +134,10 @@ class Matrix:
 
     def show_doc_version(self) -> bool:
         return bool((self.entries["doc_version"] != "").any())
+
+    def show_phase(self) -> bool:
+        """Only when some row is not the whole program (tables of older results stay as they were)."""
+        return bool((self.entries["phase"] != "program").any())
 
 
 # ---------------------------------------------------------------------- environment
@@ -220,7 +225,8 @@ def _verdict_cell(value) -> str:
 
 
 def write_markdown(matrix: Matrix, results: Results, out: Path) -> None:
-    entry_cols = [c for c in ENTRY_COLUMNS if c != "doc_version" or matrix.show_doc_version()]
+    entry_cols = [c for c in ENTRY_COLUMNS if (c != "doc_version" or matrix.show_doc_version())
+                  and (c != "phase" or matrix.show_phase())]
     wide = matrix.wide(missing=MISSING)
     counts = matrix.column_counts()
     runs = [describe_run(r) for r in results.runs]
@@ -328,6 +334,8 @@ def write_html(matrix: Matrix, results: Results, out: Path) -> None:
     import jinja2
 
     entry_cols = list(_HTML_ENTRY_COLUMNS)
+    if matrix.show_phase():
+        entry_cols.insert(1, "phase")
     if matrix.show_doc_version():
         entry_cols.insert(0, "doc_version")
     entries = matrix.entries

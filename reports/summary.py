@@ -27,8 +27,8 @@ def matrix_lines(matrix: Matrix) -> list[str]:
     entries = matrix.entries
     several_sources = entries["source"].nunique() > 1
     names = [
-        f"{e} ({s})" if several_sources else e
-        for e, s in zip(entries["entry_id"], entries["source"])
+        (f"{e} ({s})" if several_sources else e) + (f" <{p}>" if p != "program" else "")
+        for e, s, p in zip(entries["entry_id"], entries["source"], entries["phase"])
     ]
     lines = []
     for j, count in enumerate(matrix.column_counts()):
@@ -49,7 +49,29 @@ def summary_lines(results_path: str | os.PathLike) -> list[str]:
         results = load([results_path])
     except NoResults:
         return [f"detconf: no results recorded in {os.fspath(results_path)}"]
-    return matrix_lines(Matrix.from_results(results))
+    return matrix_lines(Matrix.from_results(results)) + reach_lines(results)
+
+
+def reach_stats(results: Results) -> dict:
+    """Reach over the cells that judge it: how many, how many at 100 %, and those below."""
+    v = results.values
+    judged = [(r, e, p, d, m) for r, e, p, d, m in zip(v["reach"], v["entry_id"], v["phase"], v["device"], v["mode"])
+              if isinstance(r, (int, float)) and not isinstance(r, bool)]
+    below = sorted(((r, e, p, d, m) for r, e, p, d, m in judged if r < 1), key=lambda t: (t[0], t[1]))
+    return {"judged": len(judged), "full": len(judged) - len(below),
+            "below": [{"entry_id": e, "phase": p, "device": d, "mode": m, "reach": r} for r, e, p, d, m in below]}
+
+
+def reach_lines(results: Results) -> list[str]:
+    """``reach: 315 cells judged · 311 at 100 % · 4 below`` and the lowest few."""
+    stats = reach_stats(results)
+    if not stats["judged"]:
+        return []
+    lines = [f"reach: {stats['judged']} cells judged{SEP}{stats['full']} at 100 %{SEP}{len(stats['below'])} below"]
+    for b in stats["below"][:5]:
+        phase = f" <{b['phase']}>" if b["phase"] != "program" else ""
+        lines.append(f"  ~ {b['entry_id']}{phase} [{b['device']}/{b['mode']}]: {b['reach']:.0%} of examples")
+    return lines
 
 
 def summary_data(matrix: Matrix, results: Results) -> dict:
@@ -65,6 +87,7 @@ def summary_data(matrix: Matrix, results: Results) -> dict:
         "passing": sum(c["passing"] for c in columns),
         "failing": sum(c["failing"] for c in columns),
         "totals": totals,
+        "reach": reach_stats(results),
         "columns": columns,
         "runs": [
             {"run_id": r.get("run_id"), "started": r.get("started"), "env": r.get("env")}

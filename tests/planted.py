@@ -24,13 +24,13 @@ def _x(draw, device):
     return torch.arange(n, dtype=torch.float32, device=device)
 
 
-@recipe("planted.changes_every_call")
+@recipe("planted.changes_every_call", targets="aten.add")
 def changes_every_call(draw, entry, case, device):
     """Adds a value that differs on every call: the bytes never repeat."""
     return Program(fn=lambda x: x + float(next(_counter)), inputs={"x": _x(draw, device)}, describe="x + counter")
 
 
-@recipe("planted.grad_changes_every_call")
+@recipe("planted.grad_changes_every_call", targets="aten.mul")
 def grad_changes_every_call(draw, entry, case, device):
     """Forward is deterministic; the gradient is not."""
 
@@ -47,13 +47,13 @@ def grad_changes_every_call(draw, entry, case, device):
                    describe="2x with a drifting gradient")
 
 
-@recipe("planted.deterministic")
+@recipe("planted.deterministic", targets="aten.mul")
 def deterministic(draw, entry, case, device):
     """Deterministic and silent: it never raises or warns."""
     return Program(fn=lambda x: x * 2, inputs={"x": _x(draw, device)}, describe="2x")
 
 
-@recipe("planted.alerts")
+@recipe("planted.alerts", targets="aten.put_")
 def alerts(draw, entry, case, device):
     """Triggers torch's own determinism alert (put_ with accumulate=False)."""
 
@@ -63,7 +63,7 @@ def alerts(draw, entry, case, device):
     return Program(fn=fn, inputs={"x": _x(draw, device)}, describe="put_(accumulate=False)")
 
 
-@recipe("planted.not_implemented")
+@recipe("planted.not_implemented", targets="aten.mul")
 def not_implemented(draw, entry, case, device):
     def fn(x):
         raise NotImplementedError("planted op is not implemented for 'Float'")
@@ -71,7 +71,7 @@ def not_implemented(draw, entry, case, device):
     return Program(fn=fn, inputs={"x": _x(draw, device)}, describe="unsupported")
 
 
-@recipe("planted.broken_recipe")
+@recipe("planted.broken_recipe", targets="aten.mul")
 def broken_recipe(draw, entry, case, device):
     def fn(x):
         return x.no_such_method()
@@ -79,7 +79,7 @@ def broken_recipe(draw, entry, case, device):
     return Program(fn=fn, inputs={"x": _x(draw, device)}, describe="harness bug")
 
 
-@recipe("planted.wrong_when_deterministic")
+@recipe("planted.wrong_when_deterministic", targets="aten.mul")
 def wrong_when_deterministic(draw, entry, case, device):
     """Bitwise repeatable, but a different answer once deterministic mode is on."""
 
@@ -110,3 +110,88 @@ def check_crashes(draw, entry, device, mode):
 @check("planted.promise_broken", source="planted")
 def promise_broken(draw, entry, device, mode):
     return CheckObservation(held=draw(st.integers(0, 3)) > 10, observed="broken")
+
+
+# Reach ------------------------------------------------------------------------------------
+# The documented kernel here is ``aten.index_add`` (index_add_op sums rows at repeated indices).
+
+
+def _index_add_inputs(draw, device):
+    n = draw(st.integers(2, 6))
+    return {"x": torch.zeros(3, device=device), "index": torch.arange(n, device=device) % 3,
+            "src": torch.arange(n, dtype=torch.float32, device=device)}
+
+
+@recipe("planted.reaches_its_kernel", targets="aten.index_add")
+def reaches_its_kernel(draw, entry, case, device):
+    """Calls the documented kernel."""
+    return Program(fn=lambda x, index, src: x.index_add(0, index, src), inputs=_index_add_inputs(draw, device),
+                   describe="index_add")
+
+
+@recipe("planted.routes_around_its_kernel", targets="aten.index_add")
+def routes_around_its_kernel(draw, entry, case, device):
+    """The same sums without the documented kernel (one-hot matrix product): deterministic, and about nothing."""
+
+    def fn(x, index, src):
+        onehot = torch.nn.functional.one_hot(index, 3).to(src.dtype)
+        return x + src @ onehot
+
+    return Program(fn=fn, inputs=_index_add_inputs(draw, device), describe="index_add routed around")
+
+
+@recipe("planted.kernel_swapped", targets="aten.index_add")
+def kernel_swapped(draw, entry, case, device):
+    """The call the sentence names, silently dispatched to another operator (``scatter_add``)."""
+
+    def fn(x, index, src):
+        return x.scatter_add(0, index, src)
+
+    return Program(fn=fn, inputs=_index_add_inputs(draw, device), describe="index_add swapped for scatter_add")
+
+
+@recipe("planted.reaches_sometimes", targets="aten.index_add")
+def reaches_sometimes(draw, entry, case, device):
+    """Half the examples reach the kernel; the others take a shortcut."""
+    shortcut = draw(st.booleans())
+    inputs = _index_add_inputs(draw, device)
+    if shortcut:
+        return Program(fn=lambda x, index, src: x + 0, inputs=inputs, describe="shortcut")
+    return Program(fn=lambda x, index, src: x.index_add(0, index, src), inputs=inputs, describe="index_add")
+
+
+@recipe("planted.empty_index", targets="aten.index_add")
+def empty_index(draw, entry, case, device):
+    """Dispatches the kernel on an empty index, where kernels return before they run."""
+    inputs = _index_add_inputs(draw, device)
+    inputs["index"], inputs["src"] = inputs["index"][:0], inputs["src"][:0]
+    return Program(fn=lambda x, index, src: x.index_add(0, index, src), inputs=inputs, describe="empty index",
+                   meta={"unreachable": "empty index: the kernel returns before it runs"})
+
+
+@recipe("planted.no_targets")
+def no_targets(draw, entry, case, device):
+    """A documented op whose recipe names no target operator."""
+    return Program(fn=lambda x: x * 2, inputs={"x": _x(draw, device)}, describe="2x")
+
+
+@recipe("planted.decomposes_under_the_mode", targets="aten.max_pool2d_with_indices_backward")
+def decomposes_under_the_mode(draw, entry, case, device):
+    """Like torch.nn.functional on CUDA: with the mode on during the forward it takes a
+    decomposition, so the native backward kernel runs only when the forward ran outside it."""
+
+    def fn(x):
+        if torch.are_deterministic_algorithms_enabled():
+            return torch.nn.functional.avg_pool2d(x, 2) * 1.0
+        return torch.nn.functional.max_pool2d(x, 2)
+
+    x = torch.arange(16, dtype=torch.float32, device=device).reshape(1, 1, 4, 4)
+    return Program(fn=fn, inputs={"x": x}, grad_inputs=("x",), describe="decomposes under the mode")
+
+
+@recipe("planted.one_form_misbehaves", targets="aten.add", forms=("good", "bad"))
+def one_form_misbehaves(draw, entry, case, device):
+    """Two call forms of one op; only the ``bad`` form drifts between runs."""
+    if case["form"] == "bad":
+        return Program(fn=lambda x: x + float(next(_counter)), inputs={"x": _x(draw, device)}, describe="bad form")
+    return Program(fn=lambda x: x + 1.0, inputs={"x": _x(draw, device)}, describe="good form")

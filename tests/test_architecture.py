@@ -100,12 +100,25 @@ def test_schema_doc_lists_every_verdict_in_order_with_its_meaning_and_class():
 
 @pytest.mark.parametrize("heading,words", [
     ("Modes", vocabulary.MODES),
+    ("Phases", tuple(vocabulary.PHASES)),
     ("Sources", tuple(vocabulary.SOURCES)),
     ("Promises", tuple(vocabulary.PROMISES)),
     ("Expectations", tuple(vocabulary.EXPECTATIONS)),
 ])
 def test_schema_doc_lists_every_word(heading, words):
     assert [r[0] for r in _schema_table(heading)] == list(words)
+
+
+def test_schema_doc_gives_each_phase_its_meaning():
+    assert {r[0]: r[1] for r in _schema_table("Phases")} == vocabulary.PHASES
+
+
+def test_reach_gates_only_passing_or_absence_verdicts():
+    """Only verdicts that speak of the kernel's behaviour or its absence need reach; what a program
+    did whatever its route (differed, raised, warned unasked) stands."""
+    assert set(vocabulary.REACH_GATED) <= set(vocabulary.VERDICTS)
+    assert not {"nondeterministic", "undocumented-raise", "spurious-warning", "wrong-result"} & set(vocabulary.REACH_GATED)
+    assert not vocabulary.is_passing("not-reached")
 
 
 def test_schema_doc_names_the_schema_version():

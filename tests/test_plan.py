@@ -27,7 +27,25 @@ def test_every_documented_entry_of_every_release_travels_as_json(version):
 def test_plan_is_sorted_and_unique():
     cases = plan(CATALOG, ["cuda", "cpu"], ["warn_only", "error"])
     assert [c.id for c in cases] == [c.id for c in plan(list(reversed(CATALOG)), ["cpu", "cuda"], ["error", "warn_only"])]
-    assert len({c.id for c in cases}) == len(cases) == len(CATALOG) * 4
+    backward_ops = [e for e in CATALOG if e.backward and e.promise != "behaves"]
+    assert backward_ops
+    # every op entry about backward runs in both phases in each deterministic mode
+    assert len({c.id for c in cases}) == len(cases) == (len(CATALOG) + len(backward_ops)) * 4
+
+
+def test_backward_entries_get_a_backward_only_phase_in_deterministic_modes_only():
+    entry = next(e for e in CATALOG if e.backward and e.promise != "behaves")
+    forward = next(e for e in CATALOG if not e.backward and e.promise != "behaves")
+    cases = plan([entry, forward], ["cpu"], MODES)
+    phases = {(c.entry.id, c.mode): [] for c in cases}
+    for c in cases:
+        phases[(c.entry.id, c.mode)].append(c.phase)
+    assert phases[(entry.id, "error")] == ["program", "backward-only"]
+    assert phases[(entry.id, "warn_only")] == ["program", "backward-only"]
+    assert phases[(entry.id, "off")] == ["program"]
+    assert all(phases[(forward.id, m)] == ["program"] for m in MODES)
+    only = next(c for c in cases if c.phase == "backward-only")
+    assert only.id.endswith("-backward-only") and Case.from_json(only.to_json()) == only
 
 
 def test_a_raise_documented_for_another_device_is_found():

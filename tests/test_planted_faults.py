@@ -14,8 +14,8 @@ CPU = backends()["cpu"]
 
 def run(op, promise, mode, **kw):
     case = Case(planted_entry(op, promise, **{k: v for k, v in kw.items() if k in ("devices", "backward")}), "cpu", mode,
-                kw.get("elsewhere"))
-    return judge(case, CPU, hypothesis_settings=FAST)
+                kw.get("elsewhere"), kw.get("phase", "program"))
+    return judge(case, CPU, hypothesis_settings=kw.get("settings", FAST))
 
 
 def test_a_op_whose_bytes_change_every_call_is_nondeterministic():
@@ -144,3 +144,71 @@ def test_check_outcomes_go_through_the_one_verdict(check_id, mode, verdict, obse
     assert (row["verdict"], row["observed"]) == (verdict, observed)
     if verdict == "unsupported":
         assert "ComplexHalf" in row["detail"]["unsupported"]
+
+
+# Reach: a verdict about a sentence is only true when the example reached its kernel ---------
+
+
+def test_an_example_that_reaches_its_kernel_records_the_trace():
+    row = run("planted.reaches_its_kernel", "deterministic", "error")
+    assert row["verdict"] == "conforms"
+    assert row["targets"] == ["aten.index_add"] and row["reach"] == 1.0
+    assert row["dispatched"]["aten.index_add.default"] == row["examples"]
+    assert row["detail"]["reached"] is True
+
+
+@pytest.mark.parametrize("promise,mode,instead_of", [
+    ("deterministic", "error", "conforms"),
+    ("deterministic", "warn_only", "conforms"),
+    ("raises", "error", "stale-doc"),  # the false finding reach exists to prevent
+    ("raises", "warn_only", "missing-warning"),
+    ("deterministic", "off", "no-difference-seen"),
+])
+def test_a_recipe_that_routes_around_its_kernel_is_not_reached(promise, mode, instead_of):
+    row = run("planted.routes_around_its_kernel", promise, mode)
+    assert row["verdict"] == "not-reached", row["detail"]
+    assert row["reach"] == 0.0 and row["examples"] == FAST.max_examples  # it kept drawing: no example reached
+    assert "aten.index_add.default" not in row["dispatched"] and "aten.mm.default" in row["dispatched"]
+    # the same program judged without its targets would have passed as `instead_of`
+    from engine.observation import Observation
+    from engine.verdict import verdict_for
+    obs = Observation(**{k: v for k, v in row["detail"].items()
+                         if k in ("runs", "raised_runs", "warned_runs", "identical")})
+    assert verdict_for(row["expected"], obs) == instead_of
+
+
+def test_a_kernel_swap_is_caught():
+    """The same call reaching a different operator than the one the sentence names."""
+    row = run("planted.kernel_swapped", "deterministic", "error")
+    assert row["verdict"] == "not-reached"
+    assert "aten.scatter_add.default" in row["dispatched"]
+    assert row["detail"]["targets"] == ["aten.index_add"] and row["detail"]["reached"] is False
+
+
+def test_examples_that_miss_the_kernel_do_not_count_but_do_not_hide_those_that_reach():
+    row = run("planted.reaches_sometimes", "deterministic", "error", settings=settings(FAST, max_examples=20))
+    assert row["verdict"] == "conforms"
+    assert 0 < row["reach"] < 1
+    assert set(row["detail"]["verdicts_per_example"]) == {"conforms", "not-reached"}
+
+
+def test_an_empty_index_does_not_count_as_reaching_although_it_dispatches_the_kernel():
+    row = run("planted.empty_index", "raises", "error")
+    assert row["verdict"] == "not-reached"
+    assert "aten.index_add.default" in row["dispatched"]
+    assert "empty index" in row["detail"]["unreachable"]
+
+
+def test_a_documented_op_without_targets_is_a_loud_failure():
+    row = run("planted.no_targets", "deterministic", "error")
+    assert row["verdict"] == "harness-error" and row["observed"] == "no-target"
+    assert "no targets for 'planted.no_targets'" in row["detail"]["error"]
+
+
+def test_backward_only_reaches_a_kernel_the_mode_routes_around_in_the_whole_program():
+    whole = run("planted.decomposes_under_the_mode", "deterministic", "error", backward=True)
+    assert whole["phase"] == "program" and whole["verdict"] == "not-reached"
+    assert "aten.avg_pool2d_backward.default" in whole["dispatched"]
+    only = run("planted.decomposes_under_the_mode", "deterministic", "error", backward=True, phase="backward-only")
+    assert only["phase"] == "backward-only" and only["verdict"] == "conforms" and only["reach"] == 1.0
+    assert "aten.max_pool2d_with_indices_backward.default" in only["dispatched"]

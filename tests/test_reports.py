@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import random
 import subprocess
 import sys
@@ -94,8 +95,9 @@ def test_build_writes_every_file(tmp_path):
 def test_matrix_csv_cells_and_shape(tmp_path):
     build([small_run(tmp_path)], tmp_path / "out")
     wide = pd.read_csv(tmp_path / "out" / "matrix.csv", keep_default_na=False, dtype=str)
-    assert list(wide.columns) == ["source", "doc_version", "list_name", "entry_id", "op", "promise",
+    assert list(wide.columns) == ["source", "doc_version", "list_name", "entry_id", "phase", "op", "promise",
                                   "sentence", "cpu/error", "cpu/warn_only", "cuda/error"]
+    assert set(wide["phase"]) == {"program"}  # schema-1 rows: the whole program
     assert list(wide["entry_id"]) == ["put_(accumulate=False)", "index_add_", "scatter_add_"]
     cells = wide.set_index("entry_id")
     assert cells.loc["put_(accumulate=False)", "cuda/error"] == "missing-raise"
@@ -446,8 +448,10 @@ def _bad_cases():
         "corrupt-json": (f"{run}\n{good}\n{good[:-5]}\n", "corrupt JSON line", 3),
         "not-an-object": (f"{run}\n[1, 2]\n", "expected a JSON object", 2),
         "missing-fields": (f"{run}\n{json.dumps(missing)}\n", "missing required field(s): device, verdict", 2),
-        "mixed-schema": (f"{run}\n{json.dumps(dict(row(), schema=2))}\n", "mixed schema versions", 2),
-        "unsupported-schema": (f"{json.dumps(dict(header(), schema=2))}\n", "unsupported schema 2", 1),
+        "later-unsupported-schema": (f"{run}\n{json.dumps(dict(row(), schema=3))}\n", "unsupported schema 3", 2),
+        "unsupported-schema": (f"{json.dumps(dict(header(), schema=3))}\n", "unsupported schema 3", 1),
+        "schema-as-text": (f"{json.dumps(dict(header(), schema='2'))}\n", "unsupported schema '2'", 1),
+        "unknown-phase": (f"{run}\n{json.dumps(dict(row(), schema=2, phase='sideways'))}\n", "unknown phase 'sideways'", 2),
         "unknown-verdict": (f"{run}\n{good}\n{json.dumps(row('x', verdict='great'))}\n", "unknown verdict 'great'", 3),
         "unknown-mode": (f"{run}\n{json.dumps(row(mode='strict'))}\n", "unknown mode 'strict'", 2),
         "wrong-type": (f"{run}\n{good}\n{json.dumps(dict(row('x'), entry_id=7))}\n", "field 'entry_id' must be a string", 3),
@@ -487,11 +491,29 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, case):
 
 def test_bad_second_file_is_named_and_nothing_is_written(tmp_path):
     good = write(tmp_path / "good.jsonl", [header(), row()])
-    bad = write(tmp_path / "bad.jsonl", [header("run-2"), dict(row(), schema=2)])
+    bad = write(tmp_path / "bad.jsonl", [header("run-2"), dict(row(), schema=3)])
     proc = run_cli("build", good, bad, "--out", tmp_path / "out")
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"reports: error: {bad}:2: mixed schema versions (1 then 2)"
+    assert proc.stderr.strip() == (f"reports: error: {bad}:2: unsupported schema 3 "
+                                   "(this reader knows schemas 1, 2; it writes 2)")
     assert not (tmp_path / "out").exists()
+
+
+def test_schema_1_and_schema_2_files_merge_with_phases_as_rows(tmp_path):
+    """Files written before phases (schema 1) read as phase ``program``; a backward-only row of a
+    schema-2 file is a matrix row of its own, and the markdown shows the phase column."""
+    old = write(tmp_path / "old.jsonl", [header(), row()])
+    new_rows = [dict(header("run-2"), schema=2),
+                dict(row(), schema=2, run_id="run-2", phase="backward-only", verdict="not-reached", reach=0.0,
+                     targets=["aten.put_"])]
+    new = write(tmp_path / "new.jsonl", new_rows)
+    proc = run_cli("build", old, new, "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    wide = pd.read_csv(tmp_path / "out" / "matrix.csv", keep_default_na=False, dtype=str)
+    assert list(zip(wide["entry_id"], wide["phase"])) == [(row()["entry_id"], "program"),
+                                                          (row()["entry_id"], "backward-only")]
+    assert "not-reached" in set(wide.iloc[1])
+    assert re.search(r"\| entry +\| phase +\|", (tmp_path / "out" / "matrix.md").read_text())
 
 
 def test_bad_input_leaves_an_existing_output_untouched(tmp_path):

@@ -1,0 +1,112 @@
+"""Reach: which ATen operators a run dispatched, and whether they include a target.
+
+A documented sentence is about a kernel (``index_add_cuda_``,
+``adaptive_avg_pool2d_backward``); a verdict about that sentence is only true
+when the example reached it. :class:`DispatchTrace` is a ``TorchDispatchMode``
+that counts every operator overload dispatched below autograd, forward and
+backward (autograd hands the mode to its worker threads), and calls it
+unchanged: the trace never alters what runs. An operator is counted when it is
+*called*, so a kernel that raises the determinism alert counts as reached.
+
+Targets are ATen names: ``"aten.index_add_"`` matches every overload of the
+operator, ``"aten.index_add_.default"`` only that overload.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["DispatchTrace", "Targets", "TargetError", "matches", "reached", "top_ops"]
+
+
+class TargetError(ValueError):
+    """A malformed target declaration (one-line message)."""
+
+
+class DispatchTrace(TorchDispatchMode):
+    """Count the operator overloads dispatched while the mode is active.
+
+    ``ops`` maps ``"aten.name.overload"`` to a call count. Names are built once
+    per overload (the dispatch path only increments a counter keyed by the
+    overload object).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._counts: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self._counts[func] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def ops(self) -> Counter:
+        named: Counter = Counter()
+        for func, n in self._counts.items():
+            named[str(func)] += n
+        return named
+
+
+def _split(name: str) -> tuple[str, str | None]:
+    """``"aten.add_.Tensor"`` → (``"aten.add_"``, ``"Tensor"``); ``"aten.add_"`` → (``"aten.add_"``, None)."""
+    parts = name.split(".")
+    if len(parts) == 2:
+        return name, None
+    if len(parts) == 3:
+        return f"{parts[0]}.{parts[1]}", parts[2]
+    raise TargetError(f"target {name!r}: expected 'namespace.operator' or 'namespace.operator.overload'")
+
+
+def matches(target: str, dispatched: str) -> bool:
+    """Does the dispatched overload name ``dispatched`` satisfy ``target``?"""
+    t_op, t_overload = _split(target)
+    d_op, d_overload = _split(dispatched)
+    return t_op == d_op and (t_overload is None or t_overload == d_overload)
+
+
+def reached(targets: Iterable[str], dispatched: Iterable[str]) -> bool:
+    dispatched = list(dispatched)
+    return any(matches(t, d) for t in targets for d in dispatched)
+
+
+def top_ops(counts: Mapping[str, int], n: int = 8) -> dict[str, int]:
+    """The ``n`` most frequent operators, most frequent first (ties by name)."""
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return dict(ranked[:n])
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The operators an entry's sentence is about, per device type.
+
+    - ``ops``: what reaching the sentence's code means on any device.
+    - ``per_device``: device type → operators that stand instead of ``ops``
+      there, where a backend library takes over (cuDNN on CUDA, an NPU kernel).
+
+    Any one of the operators dispatched is enough: they are alternative
+    spellings of the same kernel (``index_add`` / ``index_add_``) or the
+    backends that implement it.
+    """
+
+    ops: tuple[str, ...]
+    per_device: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.ops:
+            raise TargetError("a target declaration needs at least one operator")
+        for name in list(self.ops) + [n for ops in self.per_device.values() for n in ops]:
+            _split(name)
+
+    def for_device(self, device_type: str) -> tuple[str, ...]:
+        return tuple(self.per_device.get(device_type, self.ops))
+
+    @classmethod
+    def of(cls, spec: "str | Iterable[str] | Targets", **per_device: "str | Iterable[str]") -> "Targets":
+        if isinstance(spec, Targets):
+            return spec
+        ops = (spec,) if isinstance(spec, str) else tuple(spec)
+        devices = {d: ((v,) if isinstance(v, str) else tuple(v)) for d, v in per_device.items()}
+        return cls(ops, devices)
