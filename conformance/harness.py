@@ -128,6 +128,9 @@ def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
         obs = _harness_failure("recipe failed", exc)
         return _judged(case, expected, obs, {"error": obs.error, "case": kwargs,
                                              "traceback": traceback.format_exc(limit=4)})
+    if case.phase == "backward-only" and not prog.grad_inputs:
+        return _judged(case, expected, Observation(skipped="no differentiable input in this example: the "
+                                                           "backward-only phase has nothing to run"), {})
     outcome = run_program(prog, case.mode, runs=runs, synchronize=backend.synchronize, case=kwargs,
                           targets=targets, phase=case.phase)
     obs = outcome.observation
@@ -268,9 +271,10 @@ def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: s
 
 
 def _reach_fields(records: list[Record]) -> dict[str, Any]:
-    """``targets``, ``reach`` (share of judged examples that reached a target) and ``dispatched``
+    """``targets``, ``reach`` (share of the examples that ran and were judged, that reached a target) and ``dispatched``
     (the operators most examples dispatched, name -> examples) over a case's examples."""
-    judged = [r for r in records if r.detail.get("reached") is not None]
+    # Examples that could not run here (unsupported dtype, skipped) are not counted either way.
+    judged = [r for r in records if r.detail.get("reached") is not None and r.verdict not in ("unsupported", "skipped")]
     targets: list[str] = []
     for r in judged:
         for t in r.detail.get("targets") or []:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from detconf.vocabulary import DETERMINISTIC_MODES, SOURCE_NAMES
+from detconf.vocabulary import DETERMINISTIC_MODES, SOURCE_NAMES, UNLISTED_SOURCES
 from engine.entry import CatalogError, Entry
 
 
@@ -74,9 +74,10 @@ class Case:
 
 
 def phases_for(entry: Entry, mode: str) -> tuple[str, ...]:
-    """``program`` always; ``backward-only`` too for an op entry about differentiation in a
-    deterministic mode (with the mode off both phases run the same thing)."""
-    if entry.backward and entry.promise != "behaves" and mode in DETERMINISTIC_MODES:
+    """``program`` always; ``backward-only`` too for a documented op entry about differentiation
+    in a deterministic mode (with the mode off both phases run the same thing; the sweep names no
+    kernel for the backward-only phase to reach)."""
+    if entry.backward and entry.promise != "behaves" and mode in DETERMINISTIC_MODES and entry.source not in UNLISTED_SOURCES:
         return ("program", "backward-only")
     return ("program",)
 

@@ -55,3 +55,10 @@ def test_a_raise_documented_for_another_device_is_found():
         pytest.skip("2.13.0 documents no CPU-only put_(accumulate=True)")
     assert raise_documented_elsewhere(deterministic, "cuda", entries.values()) == "put_(accumulate=True)[cuda]"
     assert raise_documented_elsewhere(deterministic, "cpu", entries.values()) is None
+
+
+def test_the_sweep_runs_in_the_program_phase_only():
+    from conformance.plan import phases_for
+    from engine.entry import Entry
+    sweep_entry = Entry(id="x", op="opinfo:x", sentence="", promise="deterministic", backward=True, source="sweep")
+    assert phases_for(sweep_entry, "error") == ("program",)

@@ -212,3 +212,9 @@ def test_backward_only_reaches_a_kernel_the_mode_routes_around_in_the_whole_prog
     only = run("planted.decomposes_under_the_mode", "deterministic", "error", backward=True, phase="backward-only")
     assert only["phase"] == "backward-only" and only["verdict"] == "conforms" and only["reach"] == 1.0
     assert "aten.max_pool2d_with_indices_backward.default" in only["dispatched"]
+
+
+def test_examples_that_could_not_run_do_not_count_in_reach():
+    row = run("planted.not_implemented", "deterministic", "error")
+    assert row["verdict"] == "unsupported"
+    assert row["reach"] is None  # nothing ran: reach says nothing, rather than 0 %
