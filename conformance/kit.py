@@ -45,8 +45,8 @@ from engine.program import Program
 from engine.strategies import DUPLICATE_SHARES, build_indices, build_tensor, float_dtypes, scale_limits, seeds
 
 __all__ = [
-    "NO_HALF", "REPRO_IMPORTS", "Example", "OpFunctionError", "forward_backward", "nn_module_op", "index_put_parts",
-    "ndims_for", "num_indices",
+    "NO_HALF", "REPRO_IMPORTS", "Example", "OpFunctionError", "forward_backward", "index_put_parts", "ndims_for",
+    "nn_module_op", "num_indices",
     "op_source", "pool_input", "shape", "target_side", "window",
 ]
 

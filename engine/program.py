@@ -144,15 +144,23 @@ def forms_for(entry: Any) -> tuple[str | None, ...]:
     return tuple(spec) if spec else (None,)
 
 
+_ABSENT = object()
+
+
+def _lookup(op: str, exact: Mapping[str, Any], by_prefix: Mapping[str, Any]) -> Any:
+    """What ``op`` is registered under: its own name first, else the first matching prefix."""
+    if op in exact:
+        return exact[op]
+    return next((value for prefix, value in by_prefix.items() if op.startswith(prefix)), _ABSENT)
+
+
 def declared_targets(op: str) -> Any:
     """The op's target spec as declared; :class:`NoTargets` when none is."""
-    if op in _TARGETS:
-        return _TARGETS[op]
-    for prefix, spec in _PREFIX_TARGETS.items():
-        if op.startswith(prefix):
-            return spec
-    raise NoTargets(f"no targets for {op!r}: name the ATen operator(s) its sentence is about with "
-                    f"@recipe({op!r}, targets=...)")
+    spec = _lookup(op, _TARGETS, _PREFIX_TARGETS)
+    if spec is _ABSENT:
+        raise NoTargets(f"no targets for {op!r}: name the ATen operator(s) its sentence is about with "
+                        f"@recipe({op!r}, targets=...)")
+    return spec
 
 
 def targets_for(entry: Any, case: Mapping[str, Any], device_type: str) -> tuple[str, ...] | None:
@@ -168,12 +176,10 @@ def targets_for(entry: Any, case: Mapping[str, Any], device_type: str) -> tuple[
 
 
 def recipe_for(op: str) -> Recipe:
-    if op in _RECIPES:
-        return _RECIPES[op]
-    for prefix, fn in _PREFIX_RECIPES.items():
-        if op.startswith(prefix):
-            return fn
-    raise NoRecipe(f"no recipe for {op!r}: add one with @recipe({op!r}) in conformance/recipes.py")
+    fn = _lookup(op, _RECIPES, _PREFIX_RECIPES)
+    if fn is _ABSENT:
+        raise NoRecipe(f"no recipe for {op!r}: add one with @recipe({op!r}) in conformance/recipes.py")
+    return fn
 
 
 def has_recipe(op: str) -> bool:
