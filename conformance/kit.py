@@ -123,9 +123,13 @@ class Example:
         """The call form this example runs in (declared with ``@recipe(..., forms=...)``), if any."""
         return self.case.get("form")
 
-    def module_program(self, module: str, *, grads: Sequence[str] = (), note: str = "", **options: Any) -> Program:
-        """The ``nn.Module`` form of a parameter-free module: ``torch.nn.<module>(**options)(x)``."""
-        return self.program(nn_module_op, grads=grads, note=note, module=module, options=options)
+    def module_program(self, module: str, *, grads: Sequence[str] = (), note: str = "", args: Sequence[str] = ("x",),
+                       params: Sequence[str] = (), **options: Any) -> Program:
+        """The ``nn.Module`` form: ``torch.nn.<module>(**options)`` called on the inputs named in
+        ``args``, its parameters named in ``params`` taken from the inputs (``torch.func.functional_call``),
+        so that every run uses identical parameters and their gradients are compared."""
+        return self.program(nn_module_op, grads=grads, note=note, module=module, options=options, args=tuple(args),
+                            params=tuple(params))
 
     # -- small parameters -------------------------------------------------
 
@@ -308,9 +312,13 @@ def _literal(value: Any) -> str:
 # Shape helpers shared by recipe modules
 
 
-def nn_module_op(x, *, module, options):
-    """A parameter-free ``torch.nn`` module, built and called: the ``nn.Module`` call form."""
-    return getattr(torch.nn, module)(**options)(x)
+def nn_module_op(*, module, options, args, params, **inputs):
+    """A ``torch.nn`` module, built and called (the ``nn.Module`` call form); its parameters are inputs."""
+    m = getattr(torch.nn, module)(**options)
+    call_args = tuple(inputs[a] for a in args)
+    if params:
+        return torch.func.functional_call(m, {p: inputs[p] for p in params}, call_args)
+    return m(*call_args)
 
 
 def forward_backward(forward: Any, backward: Any) -> Callable[[Entry, dict], Any]:

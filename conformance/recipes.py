@@ -205,14 +205,25 @@ def index_copy_op(x, index, source, *, dim):
     return x.index_copy(dim, index, source)
 
 
-@recipe("torch.Tensor.index_copy", "torch.index_copy", targets=("aten.index_copy", "aten.index_copy_"))
+def index_copy_inplace_op(x, index, source, *, dim):
+    return x.clone().index_copy_(dim, index, source)
+
+
+def torch_index_copy_op(x, index, source, *, dim):
+    return torch.index_copy(x, dim, index, source)
+
+
+@recipe("torch.Tensor.index_copy", "torch.index_copy",
+        forms=("Tensor.index_copy", "Tensor.index_copy_", "torch.index_copy"),
+        targets=("aten.index_copy", "aten.index_copy_"))
 def index_copy(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``x.index_copy(dim, index, source)``; duplicates included (the copy that wins is what is pinned down)."""
     ex = Example(draw, entry, case, device)
     dtype = ex.dtype(("floating", "integer"))
     dim, _ = _dim_and_source(ex, dtype)
     ex.kwargs["dim"] = dim
-    return ex.program(index_copy_op, grads=("x", "source"), dim=dim)
+    op = {"Tensor.index_copy_": index_copy_inplace_op, "torch.index_copy": torch_index_copy_op}.get(ex.form, index_copy_op)
+    return ex.program(op, grads=("x", "source"), dim=dim)
 
 
 def index_add_op(x, index, source, *, dim, alpha):
@@ -228,7 +239,8 @@ def index_add_method_op(x, index, source, *, dim, alpha):
     return x.index_add(dim, index, source, alpha=alpha)
 
 
-@recipe("torch.index_add", "torch.index_add_", targets=("aten.index_add", "aten.index_add_"),
+@recipe("torch.index_add", "torch.index_add_",
+        targets=("aten.index_add", "aten.index_add_"),
         forms=("torch.index_add", "Tensor.index_add", "Tensor.index_add_"))
 def index_add(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.index_add(x, dim, index, source, alpha=...)`` (in place for ``index_add_``); duplicates collide."""
@@ -249,7 +261,13 @@ def index_reduce_op(x, index, source, *, dim, reduce, include_self):
     return x.index_reduce(dim, index, source, reduce, include_self=include_self)
 
 
-@recipe("torch.Tensor.index_reduce", targets=("aten.index_reduce", "aten.index_reduce_"))
+def index_reduce_inplace_op(x, index, source, *, dim, reduce, include_self):
+    return x.clone().index_reduce_(dim, index, source, reduce, include_self=include_self)
+
+
+@recipe("torch.Tensor.index_reduce",
+        forms=("Tensor.index_reduce", "Tensor.index_reduce_"),
+        targets=("aten.index_reduce", "aten.index_reduce_"))
 def index_reduce(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``x.index_reduce(dim, index, source, reduce, include_self=...)``; values near 1 so ``prod`` stays finite."""
     ex = Example(draw, entry, case, device)
@@ -274,14 +292,20 @@ def index_reduce(draw, entry: Entry, case: dict, device: torch.device) -> Progra
     src_size[dim] = n
     ex.tensor("source", src_size, dtype, low=lo, high=hi)
     ex.kwargs["dim"] = dim
-    return ex.program(index_reduce_op, grads=("x", "source"), dim=dim, reduce=reduce, include_self=include_self)
+    op = index_reduce_inplace_op if ex.form == "Tensor.index_reduce_" else index_reduce_op
+    return ex.program(op, grads=("x", "source"), dim=dim, reduce=reduce, include_self=include_self)
 
 
 def index_select_op(x, index, *, dim):
     return torch.index_select(x, dim, index)
 
 
+def index_select_method_op(x, index, *, dim):
+    return x.index_select(dim, index)
+
+
 @recipe("torch.index_select",
+        forms=("torch.index_select", "Tensor.index_select"),
         targets=forward_backward("aten.index_select", ("aten.index_add", "aten.index_add_", "aten.index_select_backward")))
 def index_select(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.index_select(x, dim, index)``; its backward is ``index_add`` over duplicate indices."""
@@ -297,7 +321,8 @@ def index_select(draw, entry: Entry, case: dict, device: torch.device) -> Progra
     n = ex.integer(1, min(ex.limits.max_indices, max(1, ex.limits.max_numel // others)))
     ex.indices("index", n, size[dim])
     ex.kwargs["dim"] = dim
-    return ex.program(index_select_op, grads=("x",), dim=dim)
+    op = index_select_method_op if ex.form == "Tensor.index_select" else index_select_op
+    return ex.program(op, grads=("x",), dim=dim)
 
 
 def _gather_scatter_parts(ex: Example, dtype: torch.dtype, *, src: bool, low: float = -10,
@@ -323,14 +348,20 @@ def gather_op(x, index, *, dim):
     return torch.gather(x, dim, index)
 
 
+def gather_method_op(x, index, *, dim):
+    return x.gather(dim, index)
+
+
 @recipe("torch.gather",
+        forms=("torch.gather", "Tensor.gather"),
         targets=forward_backward("aten.gather", ("aten.scatter_add", "aten.scatter_add_", "aten.gather_backward")))
 def gather(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.gather(x, dim, index)``; its backward is ``scatter_add`` over duplicate indices."""
     ex = Example(draw, entry, case, device)
     dtype = ex.dtype(("floating",))
     dim = _gather_scatter_parts(ex, dtype, src=False)
-    return ex.program(gather_op, grads=("x",), dim=dim)
+    op = gather_method_op if ex.form == "Tensor.gather" else gather_op
+    return ex.program(op, grads=("x",), dim=dim)
 
 
 # Tensor.scatter's four documented overloads: a tensor ``src`` or a scalar
@@ -339,6 +370,14 @@ def gather(draw, entry: Entry, case: dict, device: torch.device) -> Program:
 
 def scatter_op(x, index, src, *, dim):
     return x.scatter(dim, index, src)
+
+
+def scatter_inplace_op(x, index, src, *, dim):
+    return x.clone().scatter_(dim, index, src)
+
+
+def torch_scatter_op(x, index, src, *, dim):
+    return torch.scatter(x, dim, index, src)
 
 
 def scatter_reducing_op(x, index, src, *, dim, reduce):
@@ -353,7 +392,9 @@ def scatter_value_reducing_op(x, index, *, dim, value, reduce):
     return x.scatter(dim, index, value, reduce=reduce)
 
 
-@recipe("torch.Tensor.scatter", targets=("aten.scatter", "aten.scatter_"))
+@recipe("torch.Tensor.scatter",
+        forms=("Tensor.scatter", "Tensor.scatter_", "torch.scatter"),
+        targets=("aten.scatter", "aten.scatter_"))
 def scatter(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``x.scatter(dim, index, src)`` with a tensor ``src`` (a scalar ``value`` if the case gives one).
 
@@ -373,7 +414,8 @@ def scatter(draw, entry: Entry, case: dict, device: torch.device) -> Program:
         return ex.program(scatter_value_op, grads=("x",), dim=dim, value=value)
     if reducing:
         return ex.program(scatter_reducing_op, grads=("x", "src"), dim=dim, reduce=reduce)
-    return ex.program(scatter_op, grads=("x", "src"), dim=dim)
+    op = {"Tensor.scatter_": scatter_inplace_op, "torch.scatter": torch_scatter_op}.get(ex.form, scatter_op)
+    return ex.program(op, grads=("x", "src"), dim=dim)
 
 
 def scatter_add_op(x, index, src, *, dim, clone):
@@ -389,7 +431,8 @@ def torch_scatter_add_op(x, index, src, *, dim):
     return torch.scatter_add(x, dim, index, src)
 
 
-@recipe("torch.Tensor.scatter_add_", "torch.scatter_add_", targets=("aten.scatter_add_", "aten.scatter_add"),
+@recipe("torch.Tensor.scatter_add_", "torch.scatter_add_",
+        targets=("aten.scatter_add_", "aten.scatter_add"),
         forms=("Tensor.scatter_add_", "Tensor.scatter_add", "torch.scatter_add"))
 def scatter_add_(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``x.scatter_add_(dim, index, src)``; duplicates collide. Backward goes through ``x.clone()``."""
@@ -407,7 +450,17 @@ def scatter_reduce_op(x, index, src, *, dim, reduce, include_self):
     return x.scatter_reduce(dim, index, src, reduce, include_self=include_self)
 
 
-@recipe("torch.Tensor.scatter_reduce", targets=("aten.scatter_reduce", "aten.scatter_reduce_"))
+def scatter_reduce_inplace_op(x, index, src, *, dim, reduce, include_self):
+    return x.clone().scatter_reduce_(dim, index, src, reduce, include_self=include_self)
+
+
+def torch_scatter_reduce_op(x, index, src, *, dim, reduce, include_self):
+    return torch.scatter_reduce(x, dim, index, src, reduce, include_self=include_self)
+
+
+@recipe("torch.Tensor.scatter_reduce",
+        forms=("Tensor.scatter_reduce", "Tensor.scatter_reduce_", "torch.scatter_reduce"),
+        targets=("aten.scatter_reduce", "aten.scatter_reduce_"))
 def scatter_reduce(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``x.scatter_reduce(dim, index, src, reduce, include_self=...)``; values near 1 for ``prod``."""
     ex = Example(draw, entry, case, device)
@@ -416,7 +469,9 @@ def scatter_reduce(draw, entry: Entry, case: dict, device: torch.device) -> Prog
     include_self = ex.kwarg("include_self", (True, False))
     lo, hi = (0.5, 1.5) if reduce == "prod" else (-10, 10)
     dim = _gather_scatter_parts(ex, dtype, src=True, low=lo, high=hi)
-    return ex.program(scatter_reduce_op, grads=("x", "src"), dim=dim, reduce=reduce, include_self=include_self)
+    op = {"Tensor.scatter_reduce_": scatter_reduce_inplace_op,
+          "torch.scatter_reduce": torch_scatter_reduce_op}.get(ex.form, scatter_reduce_op)
+    return ex.program(op, grads=("x", "src"), dim=dim, reduce=reduce, include_self=include_self)
 
 
 # ---------------------------------------------------------------------------
@@ -475,7 +530,9 @@ def cumsum_inplace_op(x, *, dim):
     return x.clone().cumsum_(dim)
 
 
-@recipe("torch.cumsum", targets=("aten.cumsum", "aten.cumsum_"), forms=("torch.cumsum", "Tensor.cumsum", "Tensor.cumsum_"))
+@recipe("torch.cumsum",
+        targets=("aten.cumsum", "aten.cumsum_"),
+        forms=("torch.cumsum", "Tensor.cumsum", "Tensor.cumsum_"))
 def cumsum(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.cumsum(x, dim)`` over floating (or the entry's) dtypes; long scans on the large scale."""
     ex = Example(draw, entry, case, device)
@@ -652,11 +709,15 @@ def empty_permuted_op(*, size, physical_layout, dtype, device):
     return torch.empty_permuted(size, physical_layout, dtype=dtype, device=device)
 
 
+# ``torch.empty(size, out=t)`` resizes ``t``: its new memory is what the fill promise is about.
+_EMPTY_TARGETS = {"torch.empty": ("aten.empty", "aten.resize_"), "torch.empty_like": "aten.empty_like",
+                  "torch.empty_strided": "aten.empty_strided", "torch.empty_permuted": "aten.empty_permuted"}
+_EMPTY_FORMS = {"torch.empty": ("torch.empty", "out="), "torch.empty_like": (), "torch.empty_strided": (),
+                "torch.empty_permuted": ()}
+
+
 @recipe("torch.empty", "torch.empty_like", "torch.empty_strided", "torch.empty_permuted",
-        targets={"torch.empty": ("aten.empty", "aten.resize_"), "torch.empty_like": "aten.empty_like",
-                 "torch.empty_strided": "aten.empty_strided", "torch.empty_permuted": "aten.empty_permuted"},
-        forms={"torch.empty": ("torch.empty", "out="), "torch.empty_like": (), "torch.empty_strided": (),
-               "torch.empty_permuted": ()})
+        targets=_EMPTY_TARGETS, forms=_EMPTY_FORMS)
 def empty(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.empty(shape, dtype=..., device=...)`` and its ``_like``/``_strided``/``_permuted`` kin.
 
@@ -778,8 +839,11 @@ def _conv(draw, entry: Entry, case: dict, device: torch.device, op: Callable[...
     if transposed:
         ex.kwargs["output_padding"] = output_padding
         constants["output_padding"] = output_padding
-    # Functional form with the weights as inputs: every run uses identical
-    # parameters, and gradients w.r.t. weight and bias are compared too.
+    # The weights are inputs in both forms: every run uses identical parameters, and gradients
+    # w.r.t. weight and bias are compared too.
+    if ex.form == "nn.Module":
+        return ex.module_program(entry.short_op, grads=("x", "weight", "bias"), params=("weight", "bias"),
+                                 in_channels=c_in, out_channels=c_out, kernel_size=k, **constants)
     return ex.program(op, grads=("x", "weight", "bias"), **constants)
 
 
@@ -787,7 +851,7 @@ def conv1d_op(x, weight, bias, *, stride, padding, dilation, groups):
     return F.conv1d(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
 
 
-@recipe("torch.nn.Conv1d", targets=_CONV)
+@recipe("torch.nn.Conv1d", targets=_CONV, forms=_MODULE_FORMS)
 def conv1d(draw, entry, case, device):
     """``nn.Conv1d`` as ``F.conv1d(x, weight, bias, ...)`` with seeded weights."""
     return _conv(draw, entry, case, device, conv1d_op, 1, transposed=False)
@@ -797,7 +861,7 @@ def conv2d_op(x, weight, bias, *, stride, padding, dilation, groups):
     return F.conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
 
 
-@recipe("torch.nn.Conv2d", targets=_CONV)
+@recipe("torch.nn.Conv2d", targets=_CONV, forms=_MODULE_FORMS)
 def conv2d(draw, entry, case, device):
     """``nn.Conv2d`` as ``F.conv2d(x, weight, bias, ...)`` with seeded weights."""
     return _conv(draw, entry, case, device, conv2d_op, 2, transposed=False)
@@ -807,7 +871,7 @@ def conv3d_op(x, weight, bias, *, stride, padding, dilation, groups):
     return F.conv3d(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
 
 
-@recipe("torch.nn.Conv3d", targets=_CONV)
+@recipe("torch.nn.Conv3d", targets=_CONV, forms=_MODULE_FORMS)
 def conv3d(draw, entry, case, device):
     """``nn.Conv3d`` as ``F.conv3d(x, weight, bias, ...)`` with seeded weights."""
     return _conv(draw, entry, case, device, conv3d_op, 3, transposed=False)
@@ -818,7 +882,7 @@ def conv_transpose1d_op(x, weight, bias, *, stride, padding, dilation, groups, o
                               groups=groups, dilation=dilation)
 
 
-@recipe("torch.nn.ConvTranspose1d", targets=_CONV)
+@recipe("torch.nn.ConvTranspose1d", targets=_CONV, forms=_MODULE_FORMS)
 def conv_transpose1d(draw, entry, case, device):
     """``nn.ConvTranspose1d`` as ``F.conv_transpose1d(x, weight, bias, ...)``."""
     return _conv(draw, entry, case, device, conv_transpose1d_op, 1, transposed=True)
@@ -829,7 +893,7 @@ def conv_transpose2d_op(x, weight, bias, *, stride, padding, dilation, groups, o
                               groups=groups, dilation=dilation)
 
 
-@recipe("torch.nn.ConvTranspose2d", targets=_CONV)
+@recipe("torch.nn.ConvTranspose2d", targets=_CONV, forms=_MODULE_FORMS)
 def conv_transpose2d(draw, entry, case, device):
     """``nn.ConvTranspose2d`` as ``F.conv_transpose2d(x, weight, bias, ...)``."""
     return _conv(draw, entry, case, device, conv_transpose2d_op, 2, transposed=True)
@@ -840,7 +904,7 @@ def conv_transpose3d_op(x, weight, bias, *, stride, padding, dilation, groups, o
                               groups=groups, dilation=dilation)
 
 
-@recipe("torch.nn.ConvTranspose3d", targets=_CONV)
+@recipe("torch.nn.ConvTranspose3d", targets=_CONV, forms=_MODULE_FORMS)
 def conv_transpose3d(draw, entry, case, device):
     """``nn.ConvTranspose3d`` as ``F.conv_transpose3d(x, weight, bias, ...)``."""
     return _conv(draw, entry, case, device, conv_transpose3d_op, 3, transposed=True)
@@ -855,7 +919,8 @@ def avg_pool3d_op(x, *, kernel_size, stride, padding, ceil_mode, count_include_p
                         count_include_pad=count_include_pad)
 
 
-@recipe("torch.nn.AvgPool3d", targets=forward_backward("aten.avg_pool3d", "aten.avg_pool3d_backward"),
+@recipe("torch.nn.AvgPool3d",
+        targets=forward_backward("aten.avg_pool3d", "aten.avg_pool3d_backward"),
         forms=_MODULE_FORMS)
 def avg_pool3d(draw, entry, case, device):
     """``nn.AvgPool3d`` as ``F.avg_pool3d``; overlapping windows make backward contributions collide."""
@@ -892,7 +957,8 @@ def max_pool2d_op(x, *, kernel_size, stride, padding, dilation, ceil_mode):
     return F.max_pool2d(x, kernel_size, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
 
 
-@recipe("torch.nn.MaxPool2d", targets=forward_backward("aten.max_pool2d_with_indices", "aten.max_pool2d_with_indices_backward"),
+@recipe("torch.nn.MaxPool2d",
+        targets=forward_backward("aten.max_pool2d_with_indices", "aten.max_pool2d_with_indices_backward"),
         forms=_MODULE_FORMS)
 def max_pool2d(draw, entry, case, device):
     """``nn.MaxPool2d`` as ``F.max_pool2d``; overlapping windows and ties."""
@@ -903,7 +969,8 @@ def max_pool3d_op(x, *, kernel_size, stride, padding, dilation, ceil_mode):
     return F.max_pool3d(x, kernel_size, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
 
 
-@recipe("torch.nn.MaxPool3d", targets=forward_backward("aten.max_pool3d_with_indices", "aten.max_pool3d_with_indices_backward"),
+@recipe("torch.nn.MaxPool3d",
+        targets=forward_backward("aten.max_pool3d_with_indices", "aten.max_pool3d_with_indices_backward"),
         forms=_MODULE_FORMS)
 def max_pool3d(draw, entry, case, device):
     """``nn.MaxPool3d`` as ``F.max_pool3d``; overlapping windows and ties."""
@@ -930,7 +997,8 @@ def adaptive_avg_pool2d_op(x, *, output_size):
     return F.adaptive_avg_pool2d(x, output_size)
 
 
-@recipe("torch.nn.AdaptiveAvgPool2d", targets=forward_backward("aten._adaptive_avg_pool2d", "aten._adaptive_avg_pool2d_backward"),
+@recipe("torch.nn.AdaptiveAvgPool2d",
+        targets=forward_backward("aten._adaptive_avg_pool2d", "aten._adaptive_avg_pool2d_backward"),
         forms=_MODULE_FORMS)
 def adaptive_avg_pool2d(draw, entry, case, device):
     """``nn.AdaptiveAvgPool2d`` as ``F.adaptive_avg_pool2d``."""
@@ -941,7 +1009,8 @@ def adaptive_avg_pool3d_op(x, *, output_size):
     return F.adaptive_avg_pool3d(x, output_size)
 
 
-@recipe("torch.nn.AdaptiveAvgPool3d", targets=forward_backward("aten._adaptive_avg_pool3d", "aten._adaptive_avg_pool3d_backward"),
+@recipe("torch.nn.AdaptiveAvgPool3d",
+        targets=forward_backward("aten._adaptive_avg_pool3d", "aten._adaptive_avg_pool3d_backward"),
         forms=_MODULE_FORMS)
 def adaptive_avg_pool3d(draw, entry, case, device):
     """``nn.AdaptiveAvgPool3d`` as ``F.adaptive_avg_pool3d``."""
@@ -952,7 +1021,8 @@ def adaptive_max_pool2d_op(x, *, output_size):
     return F.adaptive_max_pool2d(x, output_size)
 
 
-@recipe("torch.nn.AdaptiveMaxPool2d", targets=forward_backward("aten.adaptive_max_pool2d", "aten.adaptive_max_pool2d_backward"),
+@recipe("torch.nn.AdaptiveMaxPool2d",
+        targets=forward_backward("aten.adaptive_max_pool2d", "aten.adaptive_max_pool2d_backward"),
         forms=_MODULE_FORMS)
 def adaptive_max_pool2d(draw, entry, case, device):
     """``nn.AdaptiveMaxPool2d`` as ``F.adaptive_max_pool2d``."""
@@ -1075,42 +1145,48 @@ def _pad(draw, entry, case, device, n: int, mode: str) -> Program:
     return ex.program(pad_op, grads=("x",), pad=tuple(pads), mode=mode)
 
 
-@recipe("torch.nn.ReflectionPad1d", targets=forward_backward("aten.reflection_pad1d", "aten.reflection_pad1d_backward"),
+@recipe("torch.nn.ReflectionPad1d",
+        targets=forward_backward("aten.reflection_pad1d", "aten.reflection_pad1d_backward"),
         forms=_MODULE_FORMS)
 def reflection_pad1d(draw, entry, case, device):
     """``nn.ReflectionPad1d`` as ``F.pad(x, pad, mode='reflect')``."""
     return _pad(draw, entry, case, device, 1, "reflect")
 
 
-@recipe("torch.nn.ReflectionPad2d", targets=forward_backward("aten.reflection_pad2d", "aten.reflection_pad2d_backward"),
+@recipe("torch.nn.ReflectionPad2d",
+        targets=forward_backward("aten.reflection_pad2d", "aten.reflection_pad2d_backward"),
         forms=_MODULE_FORMS)
 def reflection_pad2d(draw, entry, case, device):
     """``nn.ReflectionPad2d`` as ``F.pad(x, pad, mode='reflect')``."""
     return _pad(draw, entry, case, device, 2, "reflect")
 
 
-@recipe("torch.nn.ReflectionPad3d", targets=forward_backward("aten.reflection_pad3d", "aten.reflection_pad3d_backward"),
+@recipe("torch.nn.ReflectionPad3d",
+        targets=forward_backward("aten.reflection_pad3d", "aten.reflection_pad3d_backward"),
         forms=_MODULE_FORMS)
 def reflection_pad3d(draw, entry, case, device):
     """``nn.ReflectionPad3d`` as ``F.pad(x, pad, mode='reflect')``."""
     return _pad(draw, entry, case, device, 3, "reflect")
 
 
-@recipe("torch.nn.ReplicationPad1d", targets=forward_backward("aten.replication_pad1d", "aten.replication_pad1d_backward"),
+@recipe("torch.nn.ReplicationPad1d",
+        targets=forward_backward("aten.replication_pad1d", "aten.replication_pad1d_backward"),
         forms=_MODULE_FORMS)
 def replication_pad1d(draw, entry, case, device):
     """``nn.ReplicationPad1d`` as ``F.pad(x, pad, mode='replicate')``."""
     return _pad(draw, entry, case, device, 1, "replicate")
 
 
-@recipe("torch.nn.ReplicationPad2d", targets=forward_backward("aten.replication_pad2d", "aten.replication_pad2d_backward"),
+@recipe("torch.nn.ReplicationPad2d",
+        targets=forward_backward("aten.replication_pad2d", "aten.replication_pad2d_backward"),
         forms=_MODULE_FORMS)
 def replication_pad2d(draw, entry, case, device):
     """``nn.ReplicationPad2d`` as ``F.pad(x, pad, mode='replicate')``."""
     return _pad(draw, entry, case, device, 2, "replicate")
 
 
-@recipe("torch.nn.ReplicationPad3d", targets=forward_backward("aten.replication_pad3d", "aten.replication_pad3d_backward"),
+@recipe("torch.nn.ReplicationPad3d",
+        targets=forward_backward("aten.replication_pad3d", "aten.replication_pad3d_backward"),
         forms=_MODULE_FORMS)
 def replication_pad3d(draw, entry, case, device):
     """``nn.ReplicationPad3d`` as ``F.pad(x, pad, mode='replicate')``."""
@@ -1129,8 +1205,16 @@ def nll_loss_weighted_op(x, target, weight, *, reduction):
     return F.nll_loss(x, target, weight=weight, reduction=reduction)
 
 
+def nll_loss_module_weighted_op(x, target, weight, *, reduction):
+    """``nn.NLLLoss(weight=...)``: the class weights are a buffer, given the input ``weight``."""
+    loss = torch.nn.NLLLoss(weight=torch.ones_like(weight), reduction=reduction)
+    return torch.func.functional_call(loss, {"weight": weight}, (x, target))
+
+
 @recipe("torch.nn.NLLLoss",
-        targets=forward_backward(("aten.nll_loss_forward", "aten.nll_loss2d_forward"), ("aten.nll_loss_backward", "aten.nll_loss2d_backward")))
+        forms=_MODULE_FORMS,
+        targets=forward_backward(("aten.nll_loss_forward", "aten.nll_loss2d_forward"),
+                                 ("aten.nll_loss_backward", "aten.nll_loss2d_backward")))
 def nll_loss(draw, entry, case, device):
     """``nn.NLLLoss`` as ``F.nll_loss`` on a spatial input ``(N, C, H, W)``.
 
@@ -1149,7 +1233,11 @@ def nll_loss(draw, entry, case, device):
     weighted = ex.choice((False, True))
     if weighted:
         ex.tensor("weight", (c,), dtype, low=0.5, high=2)
+        if ex.form == "nn.Module":
+            return ex.program(nll_loss_module_weighted_op, grads=("x",), reduction=reduction)
         return ex.program(nll_loss_weighted_op, grads=("x",), reduction=reduction)
+    if ex.form == "nn.Module":
+        return ex.module_program("NLLLoss", grads=("x",), args=("x", "target"), reduction=reduction)
     return ex.program(nll_loss_op, grads=("x",), reduction=reduction)
 
 
@@ -1157,7 +1245,9 @@ def ctc_loss_op(log_probs, targets, input_lengths, target_lengths, *, reduction)
     return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, reduction=reduction)
 
 
-@recipe("torch.nn.CTCLoss", targets=forward_backward("aten._ctc_loss", "aten._ctc_loss_backward"))
+@recipe("torch.nn.CTCLoss",
+        forms=_MODULE_FORMS,
+        targets=forward_backward("aten._ctc_loss", "aten._ctc_loss_backward"))
 def ctc_loss(draw, entry, case, device):
     """``nn.CTCLoss`` as ``F.ctc_loss`` on log-probabilities ``(T, N, C)``.
 
@@ -1176,6 +1266,9 @@ def ctc_loss(draw, entry, case, device):
     ex.tensor("input_lengths", (n,), torch.int64, low=max(1, 2 * s), high=t)
     ex.tensor("target_lengths", (n,), torch.int64, low=0, high=s)
     reduction = ex.kwarg("reduction", ("mean", "sum", "none"))
+    if ex.form == "nn.Module":
+        return ex.module_program("CTCLoss", grads=("log_probs",),
+                                 args=("log_probs", "targets", "input_lengths", "target_lengths"), reduction=reduction)
     return ex.program(ctc_loss_op, grads=("log_probs",), reduction=reduction)
 
 
@@ -1188,6 +1281,7 @@ def embedding_op(idx, weight, *, padding_idx=None):
 
 
 @recipe("torch.nn.Embedding",
+        forms=_MODULE_FORMS,
         targets=forward_backward("aten.embedding", ("aten.embedding_dense_backward", "aten.embedding_backward")))
 def embedding(draw, entry, case, device):
     """``nn.Embedding`` as ``F.embedding(idx, weight)``; duplicate ids collide in the weight gradient."""
@@ -1199,6 +1293,10 @@ def embedding(draw, entry, case, device):
     idx_size = (ex.side(1, 4), ex.integer(1, max(1, ex.limits.max_indices // 4)))
     ex.indices("idx", idx_size, num)
     padding_idx = case.get("padding_idx")
+    if ex.form == "nn.Module":
+        extra = {} if padding_idx is None else {"padding_idx": padding_idx}
+        return ex.module_program("Embedding", grads=("weight",), args=("idx",), params=("weight",),
+                                 num_embeddings=num, embedding_dim=dim, **extra)
     if padding_idx is not None:
         ex.kwargs["padding_idx"] = padding_idx
         return ex.program(embedding_op, grads=("weight",), padding_idx=padding_idx)
@@ -1214,6 +1312,7 @@ def embedding_bag_weighted_op(idx, weight, offsets, per_sample_weights, *, mode)
 
 
 @recipe("torch.nn.EmbeddingBag",
+        forms=_MODULE_FORMS,
         targets=forward_backward("aten._embedding_bag", ("aten._embedding_bag_backward", "aten._embedding_bag_dense_backward")))
 def embedding_bag(draw, entry, case, device):
     """``nn.EmbeddingBag`` as ``F.embedding_bag(idx, weight, offsets, mode=...)``.
@@ -1236,9 +1335,16 @@ def embedding_bag(draw, entry, case, device):
     ex.add("offsets", offsets,
            f"torch.cat([torch.zeros(1, dtype=torch.int64), torch.randint(0, {n + 1}, ({bags - 1},), "
            f"generator=torch.Generator().manual_seed({seed})).sort().values]).to({str(ex.device)!r})")
+    module = {"num_embeddings": num, "embedding_dim": dim, "mode": mode}
     if mode == "sum" and ex.choice((False, True)):
         ex.tensor("per_sample_weights", (n,), dtype, low=0, high=2)
+        if ex.form == "nn.Module":
+            return ex.module_program("EmbeddingBag", grads=("weight", "per_sample_weights"), params=("weight",),
+                                     args=("idx", "offsets", "per_sample_weights"), **module)
         return ex.program(embedding_bag_weighted_op, grads=("weight", "per_sample_weights"), mode=mode)
+    if ex.form == "nn.Module":
+        return ex.module_program("EmbeddingBag", grads=("weight",), params=("weight",), args=("idx", "offsets"),
+                                 **module)
     return ex.program(embedding_bag_op, grads=("weight",), mode=mode)
 
 
@@ -1251,7 +1357,8 @@ def grid_sample_op(x, grid, *, mode, padding_mode, align_corners):
 
 
 @recipe("torch.nn.functional.grid_sample",
-        targets=forward_backward(("aten.grid_sampler_2d", "aten.grid_sampler_3d"), ("aten.grid_sampler_2d_backward", "aten.grid_sampler_3d_backward")))
+        targets=forward_backward(("aten.grid_sampler_2d", "aten.grid_sampler_3d"),
+                                 ("aten.grid_sampler_2d_backward", "aten.grid_sampler_3d_backward")))
 def grid_sample(draw, entry, case, device):
     """``F.grid_sample(x, grid, mode, padding_mode, align_corners)``.
 

@@ -58,6 +58,10 @@ from engine.trace import Targets
 # on devices without their own kernel (``l1_loss`` is ``sub``, ``abs`` and a reduction there).
 _L1_LOSS = ("aten.l1_loss", "aten.abs")
 _KL_DIV = ("aten.kl_div", "aten.xlogy", "aten.exp")
+# batch_norm's kernel has had several names across torch releases, and backends of their own.
+_BATCH_NORM = ("aten.native_batch_norm", "aten._native_batch_norm_legit", "aten._batch_norm_with_update",
+               "aten._batch_norm_no_update", "aten.cudnn_batch_norm", "aten.miopen_batch_norm",
+               "aten.native_batch_norm_backward", "aten.batch_norm_backward")
 
 
 def _example(draw, entry: Entry, case: dict, device: torch.device) -> Example:
@@ -404,7 +408,7 @@ def batch_norm_op(x, running_mean, running_var, weight, bias, *, training, momen
 
 
 @recipe("torch.nn.functional.batch_norm",
-        targets=("aten.native_batch_norm", "aten._native_batch_norm_legit", "aten._batch_norm_with_update", "aten._batch_norm_no_update", "aten.cudnn_batch_norm", "aten.miopen_batch_norm", "aten.native_batch_norm_backward", "aten.batch_norm_backward"))
+        targets=_BATCH_NORM)
 def batch_norm(draw, entry, case, device):
     """``F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)``.
 
@@ -615,7 +619,7 @@ def smooth_l1_loss_op(x, target, *, reduction, beta):
 
 
 @recipe("torch.nn.functional.smooth_l1_loss",
-        targets=("aten.smooth_l1_loss", "aten.smooth_l1_loss_backward") + _L1_LOSS)  # beta=0 is l1_loss
+        targets=("aten.smooth_l1_loss", "aten.smooth_l1_loss_backward") + _L1_LOSS)
 def smooth_l1_loss(draw, entry, case, device):
     """``F.smooth_l1_loss(x, target, reduction=..., beta=...)``; ``beta=0`` is the L1 path."""
     ex = _example(draw, entry, case, device)

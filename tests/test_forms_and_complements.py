@@ -109,3 +109,24 @@ def test_complements_run_with_their_recipes_and_reach_their_kernels():
     unweighted = judge(Case(complement_of(_entry("bincount[weights,cuda]"), DOCS), "cpu", "error"), CPU,
                        hypothesis_settings=FAST)
     assert "weights" not in unweighted["detail"]["repro"].split("def ")[1]
+
+
+@pytest.mark.parametrize("entry_id", ["Conv2d[cuda]", "ConvTranspose1d[cuda]", "NLLLoss[cuda]",
+                                      "CTCLoss.backward[cuda]", "EmbeddingBag(mode='max').backward[cuda]",
+                                      "AdaptiveAvgPool2d.backward[cuda]"])
+def test_module_and_functional_forms_give_the_same_bytes(entry_id):
+    """The nn.Module form builds the module and takes its parameters from the example's inputs:
+    on the same drawn example it must compute exactly what the functional form computes."""
+    from engine.runner import run_program
+
+    entry = next((e for e in load_catalog(["torch-docs"]) if e.id == entry_id), None)
+    if entry is None:
+        pytest.skip(f"{entry_id} is not in the installed torch's docs")
+    case = entry.case_kwargs()[0]
+    module = _build(entry, dict(case, form="nn.Module"))
+    functional = _build(entry, dict(case, form="nn.functional"))
+    assert "getattr(torch.nn, module)" in module.repro or "torch.nn.NLLLoss" in module.repro
+    a = run_program(module, "error")
+    b = run_program(functional, "error")
+    assert a.observation.identical and b.observation.identical
+    assert a.observation.fingerprint == b.observation.fingerprint
