@@ -293,8 +293,10 @@ class ResultsWriter:
             lines = summary_lines(self.path)
         except ResultsError as exc:  # the rows are on disk; say why they could not be summarised
             lines = [f"summary unavailable: {exc}", ", ".join(f"{v} {n}" for v, n in sorted(self.counts.items()))]
+        from reports.safe import terminal
+
         for line in lines:
-            tr.write_line(line)
+            tr.write_line(terminal(line))
         if config.getoption("--no-report-build"):
             return
         from reports.build import build

@@ -29,6 +29,7 @@ import conformance.registry  # noqa: F401  (registers every recipe and check)
 from conformance.plan import Case
 from detconf.vocabulary import MODE_CALLS, SCHEMA_VERSION
 from engine import checks, program, verdict
+from engine.determinism import GlobalState, capture_state, restore_state
 from engine.devices import Backend
 from engine.observation import Observation
 from engine.runner import RunOutcome, compare_values, run_program, run_values
@@ -183,7 +184,31 @@ def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObje
 
 
 def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: settings | None = None) -> dict[str, Any]:
-    """Run the case under Hypothesis; return the result row (JSON-safe)."""
+    """Run the case under Hypothesis; return the result row (JSON-safe).
+
+    A case must leave every guarded global setting as it found it (determinism flags, cuDNN and
+    Inductor settings, the environment variables the suite sets): one that does not is a
+    ``harness-error`` naming what changed, and the setting is put back before the next case.
+    """
+    before = capture_state()
+    row = _judge(case, backend, runs=runs, hypothesis_settings=hypothesis_settings)
+    return _check_no_leak(case, row, before)
+
+
+def _check_no_leak(case: Case, row: dict[str, Any], before: GlobalState) -> dict[str, Any]:
+    was, now = before.summary(), capture_state().summary()
+    changed = [f"{k}: {was[k]!r} -> {now[k]!r}" for k in was if was[k] != now.get(k)]
+    if not changed:
+        return row
+    restore_state(before)
+    message = "the case left global state changed: " + "; ".join(changed)
+    rec = _judged(case, row["expected"], Observation(error=message), {"error": message})
+    row.update(verdict=rec.verdict, observed=rec.observed)
+    row["detail"] = dict(row.get("detail") or {}, **rec.detail)
+    return row
+
+
+def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: settings | None) -> dict[str, Any]:
     started = time.perf_counter()
     expected = expected_for(case)
     row = base_row(case, backend, expected)

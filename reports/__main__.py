@@ -10,6 +10,8 @@ import argparse
 import importlib.util
 import sys
 
+from reports.safe import terminal
+
 EXIT_OK, EXIT_REGRESSED, EXIT_BAD_INPUT = 0, 1, 2
 
 
@@ -40,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _error(message: str) -> int:
-    print(f"reports: error: {message}", file=sys.stderr)
+    print(f"reports: error: {terminal(message)}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 
@@ -72,14 +74,14 @@ def main(argv: list[str] | None = None) -> int:
             result = build(args.results, args.out)
             if not args.quiet:
                 for count in result.summary["columns"]:
-                    print(column_line(count))
+                    print(terminal(column_line(count)))
             print(f"wrote {', '.join(p.name for p in result.files)} to {result.out_dir}")
             return EXIT_OK
         if args.command == "diff":
             from reports.diff import main as diff_main
 
             code, lines = diff_main(args.a, args.b, strict=args.strict)
-            print("\n".join(lines))
+            print(terminal("\n".join(lines)))
             return code
     except ResultsError as exc:
         return _error(str(exc))

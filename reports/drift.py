@@ -34,6 +34,8 @@ from typing import NoReturn, Sequence
 
 import pandas as pd
 
+from reports.safe import csv_frame, md_frame
+
 DEFAULT_OUT = Path(__file__).resolve().parent / "published" / "drift"
 DEFAULT_HISTORY = DEFAULT_OUT / "spec-history.jsonl"
 HISTORY_FIELDS = ("doc_version", "entry_id", "op", "list_name", "sentence")
@@ -146,8 +148,7 @@ def key_history(presence: pd.DataFrame, versions: Sequence[str]) -> pd.DataFrame
 
 def _md_table(frame: pd.DataFrame) -> str:
     # Keys such as ``cumsum[floating|complex,cuda]`` hold pipes, which end a Markdown cell.
-    escaped = frame.astype(str).apply(lambda col: col.str.replace("|", r"\|", regex=False))
-    return escaped.to_markdown(index=False)
+    return md_frame(frame).to_markdown(index=False, disable_numparse=True)
 
 
 def render_markdown(events: pd.DataFrame, history: pd.DataFrame, versions: Sequence[str]) -> str:
@@ -200,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    events.to_csv(args.out / "drift.csv", index=False, lineterminator="\n")
+    csv_frame(events).to_csv(args.out / "drift.csv", index=False, lineterminator="\n")
     (args.out / "drift.md").write_text(render_markdown(events, history, versions), encoding="utf-8")
     print(f"wrote {args.out / 'drift.md'} and {args.out / 'drift.csv'} ({len(events)} changes)")
     return 0

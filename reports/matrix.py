@@ -8,7 +8,6 @@ Cells hold verdict strings; a cell that was not run is ``None`` and is shown emp
 from __future__ import annotations
 
 import csv
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from reports.load import PASSING, ROW_FIELDS, VERDICTS, Results
+from reports.safe import _CONTROL, csv_column, csv_frame, md_cell
 
 MISSING = "—"
 VERDICT_NAMES = tuple(VERDICTS)
@@ -178,7 +178,7 @@ def describe_run(run: dict) -> dict[str, str]:
 # ---------------------------------------------------------------------- writers
 
 def write_csv(matrix: Matrix, results: Results, out: Path) -> None:
-    matrix.wide().to_csv(out / "matrix.csv", index=False, lineterminator="\n")
+    csv_frame(matrix.wide()).to_csv(out / "matrix.csv", index=False, lineterminator="\n")
     # The long form goes through the csv module straight from the loaded values: for 10^5
     # rows that takes half the time of DataFrame.to_csv, for the same text (missing values
     # are empty fields).
@@ -186,22 +186,15 @@ def write_csv(matrix: Matrix, results: Results, out: Path) -> None:
     with open(out / "results.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(ROW_FIELDS)
-        writer.writerows(zip(*columns))
+        writer.writerows(zip(*(csv_column(col) for col in columns)))
 
 
-# Characters with a meaning in GitHub Markdown (emphasis, code, links, raw HTML, table cells).
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
-
-
-def _md_text(value) -> str:
-    """Plain text for a table cell: one line, Markdown punctuation backslash-escaped."""
-    text = " ".join(("" if value is None else str(value)).splitlines())
-    return _MD_SPECIAL.sub(r"\\\1", text)
+_md_text = md_cell
 
 
 def _md_code(value) -> str:
     """An identifier as a code span, which shows ``__getitem__`` or ``a<b`` literally."""
-    text = " ".join(("" if value is None else str(value)).splitlines())
+    text = _CONTROL.sub("?", " ".join(("" if value is None else str(value)).splitlines()))
     if not text or "`" in text:
         return _md_text(text)
     return "`" + text.replace("|", "\\|") + "`"

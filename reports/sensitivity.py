@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from reports.load import ResultsError, load
+from reports.safe import csv_frame, md_cell, md_frame, terminal
 
 SEEN, NOT_SEEN = "nondeterminism-seen", "no-difference-seen"
 
@@ -68,14 +69,14 @@ def main(argv: list[str] | None = None) -> int:
     except ResultsError as exc:
         print(f"reports: error: {exc}", file=sys.stderr)
         return 2
-    markdown = "\n".join(["# Positive-control sensitivity (`--mode off`)", "", *[f"- {l}" for l in headline(frame)],
-                          "", frame.to_markdown(index=False), ""])
+    markdown = "\n".join(["# Positive-control sensitivity (`--mode off`)", "", *[f"- {md_cell(l)}" for l in headline(frame)],
+                          "", md_frame(frame).to_markdown(index=False, disable_numparse=True), ""])
     if not args.out:
-        print(markdown)
+        print(terminal(markdown))
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for name, text in (("sensitivity.md", markdown), ("sensitivity.csv", frame.to_csv(index=False))):
+    for name, text in (("sensitivity.md", markdown), ("sensitivity.csv", csv_frame(frame).to_csv(index=False))):
         with tempfile.NamedTemporaryFile("w", dir=out, delete=False, encoding="utf-8") as tmp:
             tmp.write(text)
         os.replace(tmp.name, out / name)

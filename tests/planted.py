@@ -195,3 +195,11 @@ def one_form_misbehaves(draw, entry, case, device):
     if case["form"] == "bad":
         return Program(fn=lambda x: x + float(next(_counter)), inputs={"x": _x(draw, device)}, describe="bad form")
     return Program(fn=lambda x: x + 1.0, inputs={"x": _x(draw, device)}, describe="good form")
+
+
+@recipe("planted.leaks_state", targets="aten.mul")
+def leaks_state(draw, entry, case, device):
+    """A recipe that flips cuDNN benchmarking while building its example (outside the runner's
+    guard) and leaves it so."""
+    torch.backends.cudnn.benchmark = not torch.backends.cudnn.benchmark
+    return Program(fn=lambda x: x * 2, inputs={"x": _x(draw, device)}, describe="leaks cudnn.benchmark")

@@ -105,3 +105,20 @@ def test_environment_and_rng_come_back_without_the_inductor_setting(monkeypatch)
     assert current_state() == before
     assert all(os.environ.get(name) == before.env[name] for name in GUARDED_ENV_VARS)
     assert torch.equal(torch.default_generator.get_state(), torch_rng)
+
+
+def test_the_leak_check_of_the_harness_tests_names_what_a_test_left_changed(monkeypatch):
+    import os
+
+    import torch
+
+    from tests.conftest import _snapshot, leaks
+
+    before = _snapshot()
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", not torch.backends.cudnn.benchmark)
+    changed = leaks(before, _snapshot())
+    assert any(c.startswith("$CUBLAS_WORKSPACE_CONFIG") for c in changed)
+    assert any(c.startswith("cudnn_benchmark") for c in changed)
+    assert leaks(before, before) == []
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"  # monkeypatch puts both back after the test

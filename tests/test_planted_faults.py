@@ -218,3 +218,15 @@ def test_examples_that_could_not_run_do_not_count_in_reach():
     row = run("planted.not_implemented", "deterministic", "error")
     assert row["verdict"] == "unsupported"
     assert row["reach"] is None  # nothing ran: reach says nothing, rather than 0 %
+
+
+def test_a_case_that_leaves_global_state_changed_is_a_harness_error_and_is_put_back():
+    import torch
+
+    from engine.determinism import capture_state
+
+    before = capture_state().summary()
+    row = run("planted.leaks_state", "deterministic", "error", settings=settings(FAST, max_examples=1))
+    assert row["verdict"] == "harness-error"
+    assert "cudnn_benchmark" in row["detail"]["error"]
+    assert capture_state().summary() == before and torch.backends.cudnn.benchmark == before["cudnn_benchmark"]

@@ -1,0 +1,64 @@
+"""Outputs that are safe to open: spreadsheets, Markdown viewers and terminals.
+
+Entry ids, sentences and messages come from docstrings, vendor lists and results files written
+by anyone; they are data, never markup or commands.
+
+- :func:`csv_cell`: a text cell a spreadsheet would read as a formula (it starts with ``=``, ``+``,
+  ``-``, ``@``, a tab or a carriage return: the OWASP rule) gets a leading ``'``. Numbers are
+  written as numbers.
+- :func:`md_cell`: one line of Markdown table text, its punctuation backslash-escaped.
+- :func:`terminal`: control characters (ANSI escapes included) replaced by ``?``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["csv_cell", "csv_column", "csv_frame", "md_cell", "md_frame", "terminal"]
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+# Characters with a meaning in GitHub Markdown (emphasis, code, links, raw HTML, table cells).
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~#])")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def csv_cell(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def csv_column(values: list) -> list:
+    """A column of values for a CSV writer; untouched (the same list) when no cell needs it."""
+    if any(isinstance(v, str) and v.startswith(_FORMULA_START) for v in values):
+        return [csv_cell(v) for v in values]
+    return values
+
+
+def csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell passed through :func:`csv_cell`."""
+    out = frame.copy()
+    for column in out.columns:
+        if out[column].dtype == object or pd.api.types.is_string_dtype(out[column]):
+            out[column] = out[column].map(csv_cell)
+    out.columns = [csv_cell(str(c)) for c in out.columns]
+    return out
+
+
+def md_cell(value: Any) -> str:
+    """Plain text for a Markdown table cell: one line, control characters removed, punctuation escaped."""
+    text = " ".join(("" if value is None else str(value)).splitlines())
+    return _MD_SPECIAL.sub(r"\\\1", _CONTROL.sub("?", text))
+
+
+def md_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every cell of ``frame`` as :func:`md_cell` text (numbers keep their digits)."""
+    return frame.astype(object).map(md_cell) if hasattr(frame, "map") else frame.astype(object).applymap(md_cell)
+
+
+def terminal(text: str) -> str:
+    """``text`` with control characters (ANSI escape sequences among them) shown as ``?``; newlines kept."""
+    return "\n".join(_CONTROL.sub("?", line) for line in str(text).split("\n"))

@@ -1,0 +1,40 @@
+"""Fixtures for the harness's own tests.
+
+Every test must leave the process as it found it: the determinism flags, the cuDNN and Inductor
+settings the suite guards, and the environment. ``_no_state_leaks`` (autouse) fails a test that
+changes any of them and does not put it back, naming what changed.
+"""
+import os
+
+import pytest
+
+from engine.determinism import capture_state
+
+
+# Variables pytest, Hypothesis and torch's own lazily imported modules set for themselves
+# (Inductor records a pointer on first import): not the suite's to restore.
+_SET_BY_OTHERS = ("PYTEST_", "HYPOTHESIS_", "_TORCHINDUCTOR_")
+
+
+def _snapshot() -> tuple[dict, dict]:
+    return capture_state().summary(), dict(os.environ)
+
+
+def leaks(before: tuple[dict, dict], after: tuple[dict, dict]) -> list[str]:
+    """What differs between two snapshots, one ``name: before -> after`` each."""
+    (flags_before, env_before), (flags_after, env_after) = before, after
+    changed = [f"{k}: {flags_before.get(k)!r} -> {flags_after.get(k)!r}"
+               for k in sorted(set(flags_before) | set(flags_after)) if flags_before.get(k) != flags_after.get(k)]
+    changed += [f"${k}: {env_before.get(k)!r} -> {env_after.get(k)!r}"
+                for k in sorted(set(env_before) | set(env_after))
+                if env_before.get(k) != env_after.get(k) and not k.startswith(_SET_BY_OTHERS)]
+    return changed
+
+
+@pytest.fixture(autouse=True)
+def _no_state_leaks(request):
+    before = _snapshot()
+    yield
+    changed = leaks(before, _snapshot())
+    if changed:
+        pytest.fail(f"{request.node.nodeid} left global state changed: " + "; ".join(changed), pytrace=False)
