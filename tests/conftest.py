@@ -11,9 +11,10 @@ import pytest
 from engine.determinism import capture_state
 
 
-# Variables pytest, Hypothesis and torch's own lazily imported modules set for themselves
-# (Inductor records a pointer on first import): not the suite's to restore.
-_SET_BY_OTHERS = ("PYTEST_", "HYPOTHESIS_", "_TORCHINDUCTOR_")
+# Variables pytest, Hypothesis and torch itself set on first use (Inductor records a pointer on
+# import; torch 2.5's torch.compile sets its cache folder and CUDA_MODULE_LOADING): not the suite's
+# to restore.
+_SET_BY_OTHERS = ("PYTEST_", "HYPOTHESIS_", "_TORCHINDUCTOR_", "TORCHINDUCTOR_CACHE_DIR", "CUDA_MODULE_LOADING")
 
 
 def _snapshot() -> tuple[dict, dict]:
