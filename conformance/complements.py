@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable
 
+from conformance.plan import same_conditions
 from engine.entry import Entry, check_unique, make_entry_id
 
 __all__ = ["LIST_NAME", "complement_of", "complements"]
@@ -84,8 +85,8 @@ def complement_of(entry: Entry, catalog: list[Entry]) -> Entry | None:
 
 
 def _same_call(a: Entry, b: Entry) -> bool:
-    return (a.op == b.op and a.backward == b.backward and bool(set(a.cases) & set(b.cases))
-            and (a.weights_given, a.indices_output, a.quantized) == (b.weights_given, b.indices_output, b.quantized)
+    """:func:`conformance.plan.same_conditions`, and the conditions a complement also changes."""
+    return (same_conditions(a, b)
             and (not a.dtypes or not b.dtypes or bool(set(a.dtypes) & set(b.dtypes)))
             and ("src-tensor" in a.qualifiers) == ("src-tensor" in b.qualifiers))
 

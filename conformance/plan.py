@@ -14,7 +14,7 @@ from detconf.vocabulary import DETERMINISTIC_MODES, SOURCE_NAMES, UNLISTED_SOURC
 from engine.entry import CatalogError, Entry
 
 
-def _same_conditions(a: Entry, b: Entry) -> bool:
+def same_conditions(a: Entry, b: Entry) -> bool:
     """Do two entries describe the same call (apart from the device)?"""
     return (
         a.op == b.op
@@ -36,7 +36,7 @@ def raise_documented_elsewhere(entry: Entry, device_type: str, catalog: Iterable
             and other.promise == "raises"
             and other.devices
             and device_type in other.devices
-            and _same_conditions(entry, other)
+            and same_conditions(entry, other)
         ):
             return other.id
     return None

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from reports.load import PASSING, ROW_FIELDS, VERDICTS, Results
-from reports.safe import _CONTROL, csv_column, csv_frame, md_cell
+from reports.safe import csv_column, csv_frame, md_cell, one_line
 
 MISSING = "—"
 VERDICT_NAMES = tuple(VERDICTS)
@@ -189,27 +189,24 @@ def write_csv(matrix: Matrix, results: Results, out: Path) -> None:
         writer.writerows(zip(*(csv_column(col) for col in columns)))
 
 
-_md_text = md_cell
-
-
 def _md_code(value) -> str:
     """An identifier as a code span, which shows ``__getitem__`` or ``a<b`` literally."""
-    text = _CONTROL.sub("?", " ".join(("" if value is None else str(value)).splitlines()))
+    text = one_line(value)
     if not text or "`" in text:
-        return _md_text(text)
+        return md_cell(text)
     return "`" + text.replace("|", "\\|") + "`"
 
 
 def _md_table(rows, headers, formats=None) -> str:
     """A GitHub Markdown table. ``formats``: one function per column turning a value into cell
-    text (default: :func:`_md_text` everywhere)."""
+    text (default: :func:`md_cell` everywhere)."""
     from tabulate import tabulate
 
     if formats is None:
-        rows = [[_md_text(v) for v in row] for row in rows]
+        rows = [[md_cell(v) for v in row] for row in rows]
     else:
         rows = [[f(v) for f, v in zip(formats, row)] for row in rows]
-    return tabulate(rows, headers=[_md_text(h) for h in headers], tablefmt="github",
+    return tabulate(rows, headers=[md_cell(h) for h in headers], tablefmt="github",
                     disable_numparse=True)
 
 
@@ -234,7 +231,7 @@ def write_markdown(matrix: Matrix, results: Results, out: Path) -> None:
         _md_table(
             wide[entry_cols + matrix.labels].itertuples(index=False, name=None),
             [_HEADINGS[c] for c in entry_cols] + matrix.labels,
-            formats=[_md_code if c in ("entry_id", "op") else _md_text for c in entry_cols]
+            formats=[_md_code if c in ("entry_id", "op") else md_cell for c in entry_cols]
             + [_verdict_cell] * len(matrix.labels),
         ),
         "",

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["csv_cell", "csv_column", "csv_frame", "md_cell", "md_frame", "terminal"]
+__all__ = ["csv_cell", "csv_column", "csv_frame", "md_cell", "md_frame", "one_line", "terminal"]
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -48,10 +48,14 @@ def csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def one_line(value: Any) -> str:
+    """``value`` as one line of text (lines joined by spaces), control characters shown as ``?``."""
+    return _CONTROL.sub("?", " ".join(("" if value is None else str(value)).splitlines()))
+
+
 def md_cell(value: Any) -> str:
     """Plain text for a Markdown table cell: one line, control characters removed, punctuation escaped."""
-    text = " ".join(("" if value is None else str(value)).splitlines())
-    return _MD_SPECIAL.sub(r"\\\1", _CONTROL.sub("?", text))
+    return _MD_SPECIAL.sub(r"\\\1", one_line(value))
 
 
 def md_frame(frame: pd.DataFrame) -> pd.DataFrame:
