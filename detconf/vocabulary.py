@@ -7,9 +7,10 @@ here. ``docs/results-schema.md`` lists the same words; a test keeps the two equa
 from __future__ import annotations
 
 #: Version of the results-file format (docs/results-schema.md).
-SCHEMA_VERSION = 2
-#: Older schema versions readers still take (rows without phase or reach).
-READABLE_SCHEMAS = (1, 2)
+SCHEMA_VERSION = 3
+#: Older schema versions readers still take (1: rows without phase or reach; 2: rows without
+#: the compile setting, which are eager).
+READABLE_SCHEMAS = (1, 2, 3)
 
 #: Determinism settings a case runs under, with the call that sets each. ``off`` is the positive control.
 MODE_CALLS: dict[str, str] = {
@@ -21,6 +22,16 @@ MODES = tuple(MODE_CALLS)
 DEFAULT_MODES = ("error", "warn_only")
 #: Modes in which determinism is on.
 DETERMINISTIC_MODES = ("error", "warn_only")
+
+#: How the program is run: as written, or through ``torch.compile`` with a backend. The docs make no
+#: exception for compiled code, so each setting has the same expectations.
+COMPILE_SETTINGS: dict[str, str] = {
+    "eager": "the op functions run as written (no torch.compile)",
+    "aot_eager": "torch.compile(backend='aot_eager'): Dynamo and AOTAutograd graphs, run by the eager kernels",
+    "inductor": "torch.compile(backend='inductor'): Dynamo, AOTAutograd and Inductor's generated code",
+}
+COMPILERS = tuple(COMPILE_SETTINGS)
+DEFAULT_COMPILE = ("eager",)
 
 #: Catalog sources, in matrix order. ``sweep`` runs only when asked for by name.
 SOURCES: dict[str, str] = {

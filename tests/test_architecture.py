@@ -101,6 +101,7 @@ def test_schema_doc_lists_every_verdict_in_order_with_its_meaning_and_class():
 @pytest.mark.parametrize("heading,words", [
     ("Modes", vocabulary.MODES),
     ("Phases", tuple(vocabulary.PHASES)),
+    ("Compile settings", tuple(vocabulary.COMPILE_SETTINGS)),
     ("Sources", tuple(vocabulary.SOURCES)),
     ("Promises", tuple(vocabulary.PROMISES)),
     ("Expectations", tuple(vocabulary.EXPECTATIONS)),
@@ -111,6 +112,10 @@ def test_schema_doc_lists_every_word(heading, words):
 
 def test_schema_doc_gives_each_phase_its_meaning():
     assert {r[0]: r[1] for r in _schema_table("Phases")} == vocabulary.PHASES
+
+
+def test_schema_doc_gives_each_compile_setting_its_meaning():
+    assert {r[0]: r[1] for r in _schema_table("Compile settings")} == vocabulary.COMPILE_SETTINGS
 
 
 def test_reach_gates_only_passing_or_absence_verdicts():
