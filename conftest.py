@@ -20,7 +20,7 @@ import pytest
 from hypothesis import settings
 
 from conformance import profiles
-from detconf.vocabulary import DEFAULT_MODES, SCHEMA_VERSION
+from detconf.vocabulary import DEFAULT_COMPILE, DEFAULT_MODES, SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_RESULTS = ROOT / "reports" / "out" / "results.jsonl"
@@ -32,7 +32,7 @@ profiles.load(os.environ.get("DETCONF_HYPOTHESIS_PROFILE", "dev"))
 
 # ----------------------------------------------------------------------------- options
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from detconf.vocabulary import MODES
+    from detconf.vocabulary import COMPILERS, MODES
 
     group = parser.getgroup("detconf", "detconf conformance suite")
     group.addoption("--device", action="append", default=None, metavar="NAME",
@@ -40,6 +40,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "default: every available one")
     group.addoption("--mode", action="append", default=None, choices=MODES, metavar="MODE",
                     help="error | warn_only | off (repeatable; default: error and warn_only)")
+    group.addoption("--compile", action="append", default=None, choices=COMPILERS, metavar="SETTING",
+                    dest="detconf_compile",
+                    help="eager | aot_eager | inductor (repeatable; default: eager): run each case's program as "
+                         "written or through torch.compile with that backend")
     group.addoption("--source", action="append", default=None, metavar="NAME",
                     help="catalog source (repeatable): torch-docs, ascend, flag-api, repro-notes, sweep; "
                          "default: all but sweep")
@@ -54,6 +58,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="judge every case in a fresh process (always on for backends that need it, e.g. npu)")
     group.addoption("--no-report-build", action="store_true",
                     help="do not build the matrix under the results file's folder at the end")
+
+
+def _compilers(config: pytest.Config) -> list[str]:
+    return list(dict.fromkeys(config.getoption("detconf_compile") or DEFAULT_COMPILE))
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -77,7 +85,15 @@ def _plan(config: pytest.Config):
 
         catalog = catalog + complements(catalog)
     devices = [b.name for b in config._detconf_backends]
-    cases = plan(catalog, devices, list(dict.fromkeys(modes)))
+    compilers = _compilers(config)
+    compiles = None
+    if any(c != "eager" for c in compilers):
+        import conformance.registry  # noqa: F401  (the checks say which of them compile what they observe)
+        from engine.checks import compiles as check_compiles
+
+        def compiles(entry):
+            return check_compiles(entry.source, entry.id)
+    cases = plan(catalog, devices, list(dict.fromkeys(modes)), compilers, compiles=compiles)
     config._detconf_plan = cases
     config._detconf_case_by_id = {c.id: c for c in cases}
     return cases
@@ -116,10 +132,36 @@ def pytest_configure(config: pytest.Config) -> None:
         config._detconf_findings = load_findings()
     except CatalogError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if (any(c != "eager" for c in _compilers(config)) and getattr(config.option, "dist", "no") == "load"
+            and getattr(config.option, "numprocesses", None)):
+        config.option.dist = "loadgroup"  # see _compile_group: plain "load" would split an entry's modes
+    if not _is_worker(config) and any(c != "eager" for c in _compilers(config)):
+        # Compiled artefacts go to a folder of this run's own (xdist workers inherit it), so a
+        # run neither reuses another run's kernels nor leaves its own behind.
+        from engine.compiled import private_cache
+
+        config._detconf_cache = private_cache()
+        config._detconf_cache.__enter__()
     if _is_worker(config):
         _share_cpu_between_workers(config)
+        if config.workerinput.get("detconf_loadgroup"):
+            config.option.loadgroup = True  # workers parse "-n N" as plain "load"; the controller chose loadgroup
     if not _is_worker(config):
         config.pluginmanager.register(ResultsWriter(Path(config.getoption("--results")), config), "detconf-results")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller: tell each worker that compiled entries are grouped (see _compile_group)."""
+    if getattr(node.config.option, "dist", None) == "loadgroup":
+        node.workerinput["detconf_loadgroup"] = True
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    cache = getattr(config, "_detconf_cache", None)
+    if cache is not None:
+        config._detconf_cache = None
+        cache.__exit__(None, None, None)
 
 
 def _share_cpu_between_workers(config: pytest.Config) -> None:
@@ -133,7 +175,19 @@ def _share_cpu_between_workers(config: pytest.Config) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "conformance_case" in metafunc.fixturenames:
         cases = _plan(metafunc.config)
-        metafunc.parametrize("conformance_case", cases, ids=[c.id for c in cases])
+        params = [pytest.param(c, marks=_compile_group(c), id=c.id) for c in cases]
+        metafunc.parametrize("conformance_case", params)
+
+
+def _compile_group(case) -> tuple:
+    """The modes of a compiled entry draw the same shape class (conformance.harness): kept on one
+    xdist worker (``--dist loadgroup``), the second mode reuses the first one's kernels instead
+    of compiling them again at the same time on another worker."""
+    if case.compile == "eager":
+        return ()
+    name = f"{case.entry.source}:{case.entry.id}|{case.device}|{case.phase}|{case.compile}"
+    # xdist reads the group after the last "@" only when no "]" follows it.
+    return (pytest.mark.xdist_group(name.translate(str.maketrans("[]@", "<>_"))),)
 
 
 @pytest.fixture
@@ -183,6 +237,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines.append(f"detconf: flags at start: {current_state().summary()}")
     lines.append(f"detconf: hypothesis profile {settings._current_profile}; sources "
                  f"{config.getoption('--source') or 'all'}; modes {config.getoption('--mode') or list(DEFAULT_MODES)}; "
+                 f"compile {_compilers(config)}; "
                  f"doc version {config.getoption('--doc-version') or 'installed'}; results {config.getoption('--results')}")
     return lines
 
@@ -216,12 +271,35 @@ def _environment(config: pytest.Config) -> dict:
         "doc_version": config.getoption("--doc-version"),
         "sources": config.getoption("--source") or "all",
         "modes": config.getoption("--mode") or list(DEFAULT_MODES),
+        "compile": _compilers(config),
+        "compiler": _compiler_versions() if any(c != "eager" for c in _compilers(config)) else None,
         "runs": config.getoption("--runs"),
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
         "torch_threads": torch.get_num_threads(),
         "argv": list(config.invocation_params.args),
         "devices": devices,
     }
+
+
+def _compiler_versions() -> dict:
+    """What the compiled axis ran with: the C++ compiler Inductor uses on CPU, Triton's version."""
+    import shutil
+
+    out: dict = {}
+    cxx = os.environ.get("CXX") or next((c for c in ("g++", "c++", "clang++") if shutil.which(c)), None)
+    if cxx:
+        try:
+            first = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=10).stdout.splitlines()
+            out["cxx"] = first[0] if first else cxx
+        except (OSError, subprocess.SubprocessError):
+            out["cxx"] = cxx
+    try:
+        import triton  # noqa: F401
+
+        out["triton"] = getattr(triton, "__version__", "?")
+    except Exception:  # noqa: BLE001 - absent on CPU-only machines
+        pass
+    return out
 
 
 class ResultsWriter:

@@ -9,7 +9,8 @@ File: ``conformance/data/known-findings.json`` — a list of objects with
 ``source``, ``entry_id``, ``verdict``, ``torch`` (a PEP 440 version specifier
 such as ``">=2.13"`` or ``">=2.5,<2.14"``, evaluated with :mod:`packaging`
 against the installed torch's release; local labels such as ``+cpu`` and
-pre-releases count as their release), ``why``, and optionally ``devices`` / ``modes``.
+pre-releases count as their release), ``why``, and optionally ``devices`` / ``modes`` /
+``compile`` (the compile settings it concerns; absent: every setting).
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class Finding:
     why: str
     devices: tuple[str, ...] = ()
     modes: tuple[str, ...] = ()
+    compile: tuple[str, ...] = ()
 
     def matches(self, row: dict[str, Any]) -> bool:
         return (
@@ -45,6 +47,7 @@ class Finding:
             and torch_in(str(row.get("torch_version", "")), self.torch)
             and (not self.devices or row.get("device") in self.devices)
             and (not self.modes or row.get("mode") in self.modes)
+            and (not self.compile or row.get("compile", "eager") in self.compile)
         )
 
 
@@ -80,6 +83,7 @@ def load_findings(path: Path = FINDINGS_FILE) -> list[Finding]:
         findings.append(Finding(
             source=item["source"], entry_id=item["entry_id"], verdict=item["verdict"], torch=torch_range,
             why=item["why"], devices=tuple(item.get("devices", ())), modes=tuple(item.get("modes", ())),
+            compile=tuple(item.get("compile", ())),
         ))
     return findings
 

@@ -14,6 +14,7 @@ shrunk, smallest example, and that one goes into the reproducer.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 import zlib
@@ -26,13 +27,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import conformance.registry  # noqa: F401  (registers every recipe and check)
+from conformance.kit import stable_draws
 from conformance.plan import Case
 from detconf.vocabulary import MODE_CALLS, SCHEMA_VERSION
 from engine import checks, program, verdict
+from engine.compiled import Compiler, compile_unavailable
 from engine.determinism import GlobalState, capture_state, restore_state
 from engine.devices import Backend
 from engine.observation import Observation
-from engine.runner import RunOutcome, compare_values, run_program, run_values
+from engine.runner import RunOutcome, compare_values, eager_reach, run_program, run_values
 from engine.trace import top_ops
 
 
@@ -82,6 +85,7 @@ def base_row(case: Case, backend: Backend | None, expected: str) -> dict[str, An
             "device_name": backend.describe().get("device_name", "") if backend else "",
             "mode": case.mode,
             "phase": case.phase,
+            "compile": case.compile,
             "expected": expected,
             "torch_version": str(torch.__version__),
             "targets": None,
@@ -116,7 +120,8 @@ def _targets(case: Case, kwargs: dict) -> tuple[str, ...] | None:
         return None
 
 
-def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject, kwargs: dict, runs: int) -> Record:
+def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject, kwargs: dict, runs: int,
+               compiler: Compiler | None = None) -> Record:
     recipe = program.recipe_for(case.entry.op)
     targets = _targets(case, kwargs)
     try:
@@ -132,11 +137,15 @@ def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
     if case.phase == "backward-only" and not prog.grad_inputs:
         return _judged(case, expected, Observation(skipped="no differentiable input in this example: the "
                                                            "backward-only phase has nothing to run"), {})
+    eager_reached = None
+    if compiler is not None and targets is not None:
+        # Reach under compile: the same example in eager must dispatch a target (see engine.compiled).
+        eager_reached = eager_reach(prog, case.mode, targets, phase=case.phase, synchronize=backend.synchronize)
     outcome = run_program(prog, case.mode, runs=runs, synchronize=backend.synchronize, case=kwargs,
-                          targets=targets, phase=case.phase)
+                          targets=targets, phase=case.phase, compiler=compiler, eager_reached=eager_reached)
     obs = outcome.observation
     if _needs_differential(case, expected, outcome, prog):
-        obs.wrong_result = _differential(prog, outcome, backend)
+        obs.wrong_result = _differential(prog, outcome, backend, compiled=compiler is not None)
     return _judged(case, expected, obs)
 
 
@@ -146,12 +155,15 @@ def _needs_differential(case: Case, expected: str, outcome: RunOutcome, prog: pr
             and verdict.verdict_for(expected, outcome.observation, listed=verdict.is_listed(case.entry)) == "conforms")
 
 
-def _differential(prog: program.Program, outcome: RunOutcome, backend: Backend) -> str | None:
+def _differential(prog: program.Program, outcome: RunOutcome, backend: Backend, *, compiled: bool = False) -> str | None:
     """Deterministic but wrong is a failure: compare with the default (mode off)
-    algorithm on the same device and, off CPU, with a CPU reference."""
+    algorithm on the same device, run in eager (for a compiled program: compiled against
+    eager), and, off CPU, with a CPU reference."""
     default = run_values(prog, "off")
     if default is not None:
         problem = compare_values(outcome.values, default)
+        if problem and compiled:
+            return _adjudicate(prog, outcome, problem)
         if problem:
             return f"vs default algorithm: {problem}"
     if backend.name != "cpu":
@@ -166,10 +178,36 @@ def _differential(prog: program.Program, outcome: RunOutcome, backend: Backend) 
     return None
 
 
-def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObject) -> Record:
+def _adjudicate(prog: program.Program, outcome: RunOutcome, problem: str) -> str | None:
+    """Compiled and eager disagree: which is wrong? Eager's own low-precision arithmetic can be
+    the one that strays (CPU ``fractional_max_pool3d`` places its windows with bfloat16
+    samples). Run eager again with every floating input in float64: a compiled result that
+    agrees with that reference (within its dtype's tolerance) is not wrong, and the row says
+    so; one that agrees with neither is ``wrong-result``."""
+    wide = {name: (t.to(torch.complex128) if t.is_complex() else t.to(torch.float64))
+            if (t.is_floating_point() or t.is_complex()) else t for name, t in prog.inputs.items()}
+    reference = run_values(program.Program(fn=prog.fn, inputs=wide, grad_inputs=prog.grad_inputs,
+                                           describe=prog.describe), "off")
+    if reference is None or [label for label, _ in reference] != [label for label, _ in outcome.values]:
+        return f"vs eager default algorithm: {problem}"
+    narrowed = [(label, ref.to(actual.dtype) if ref.dtype != actual.dtype and (ref.is_floating_point() or ref.is_complex())
+                 else ref) for (label, ref), (_, actual) in zip(reference, outcome.values)]
+    against_wide = compare_values(outcome.values, narrowed)
+    if against_wide is None:
+        outcome.observation.compiled["eager_differs"] = (f"eager differs ({problem}); the compiled result agrees "
+                                                         "with a float64 eager reference")
+        return None
+    return f"vs eager default algorithm: {problem}; vs a float64 eager reference: {against_wide}"
+
+
+def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
+                  compiler: Compiler | None = None) -> Record:
     fn = checks.check_for(case.entry.source, case.entry.id)
     try:
-        seen = fn(data.draw, case.entry, backend.torch_device(), case.mode)
+        if compiler is not None:
+            seen = fn(data.draw, case.entry, backend.torch_device(), case.mode, compiler=compiler)
+        else:
+            seen = fn(data.draw, case.entry, backend.torch_device(), case.mode)
     except checks.CheckSkipped as skip:
         return _judged(case, expected, Observation(skipped=str(skip), check=True), {})
     except checks.CheckUnsupported as lack:
@@ -233,6 +271,15 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
             row.update(verdict=rec.verdict, observed=rec.observed, examples=0, runs=0, detail=rec.detail)
             return _finish(row, started)
 
+    compiler: Compiler | None = None
+    if case.compile != "eager":
+        lack = compile_unavailable(case.compile, case.device)
+        if lack is not None:
+            rec = _judged(case, expected, Observation(unsupported=lack, check=is_check), {"unsupported": lack})
+            row.update(verdict=rec.verdict, observed=rec.observed, examples=0, runs=0, detail=rec.detail)
+            return _finish(row, started)
+        compiler = Compiler(case.compile)
+
     examples = 0
     parent = hypothesis_settings or settings()
     cap = checks.example_cap(case.entry.source, case.entry.id) if is_check else None
@@ -253,19 +300,21 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
         nonlocal examples
         examples += 1
         if is_check:
-            keep(_check_record(case, expected, backend, data))
+            keep(_check_record(case, expected, backend, data, compiler))
             return
         for kwargs in case.entry.case_kwargs():
             for form in program.forms_for(case.entry):
                 keep(_op_record(case, expected, backend, data, kwargs if form is None else dict(kwargs, form=form),
-                                runs))
+                                runs, compiler))
 
     if parent.derandomize:
         # Derandomized profiles: each case draws its own fixed stream, keyed by its id
         # (the same in every process and on every machine).
         explore = hypothesis.seed(zlib.crc32(case.id.encode()))(explore)
     try:
-        explore()
+        with compiler.case() if compiler is not None else contextlib.nullcontext(), \
+                stable_draws(_class_seed(case) if compiler is not None else None):
+            explore()
     except _SkipCase:
         pass
     except Exception as exc:  # noqa: BLE001 - Flaky, our marker, or a Hypothesis error
@@ -280,6 +329,7 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
     chosen = failing[-1] if failing else records[-1]
     detail.update(chosen.detail)
     row.update(_reach_fields(records))
+    row.update(_compile_fields(records, compiler))
     detail["observed_per_example"] = sorted({r.observed for r in records})
     detail["verdicts_per_example"] = {v: sum(r.verdict == v for r in records) for v in sorted({r.verdict for r in records})}
     fingerprints = [r.detail.get("fingerprint") for r in records if r.detail.get("fingerprint")]
@@ -316,6 +366,28 @@ def _reach_fields(records: list[Record]) -> dict[str, Any]:
     }
 
 
+def _class_seed(case: Case) -> int:
+    """The seed of a compiled case's shape class: the same in every mode, so that the modes of an
+    entry compile the same graphs and Inductor's kernel cache serves the second mode."""
+    return zlib.crc32(f"{case.entry.source}:{case.entry.id}|{case.device}|{case.phase}|{case.compile}".encode())
+
+
+def _compile_fields(records: list[Record], compiler: Compiler | None) -> dict[str, Any]:
+    """``compile_s`` (seconds spent compiling, part of ``duration_s``; None in eager),
+    ``graphs_compiled`` (graphs Dynamo handed to the backend in the case), ``graph_breaks``
+    (most breaks one run took) and their reasons over a case's examples."""
+    if compiler is None:
+        return {"compile_s": None, "graphs_compiled": None, "graph_breaks": None, "graph_break_reasons": []}
+    seen = [r.detail.get("compiled") or {} for r in records]
+    reasons = sorted({reason for c in seen for reason in c.get("break_reasons", [])})
+    return {
+        "compile_s": round(compiler.compile_s, 4),
+        "graphs_compiled": len(compiler.graphs),
+        "graph_breaks": max((c.get("graph_breaks", 0) for c in seen), default=0),
+        "graph_break_reasons": reasons,
+    }
+
+
 def _finish(row: dict[str, Any], started: float) -> dict[str, Any]:
     row["duration_s"] = round(time.perf_counter() - started, 4)
     return row
@@ -342,21 +414,27 @@ def crashed_row(case: Case, message: str) -> dict[str, Any]:
 
 def failure_message(row: dict[str, Any], nodeid: str = "") -> str:
     d = row.get("detail", {})
+    compiled = row.get("compile", "eager") != "eager"
     lines = [
-        f"{row['entry_id']} on {row['device']} in mode {row['mode']}: {row['verdict']}",
+        f"{row['entry_id']} on {row['device']} in mode {row['mode']}"
+        + (f" under torch.compile(backend={row['compile']!r})" if compiled else "") + f": {row['verdict']}",
         f"  documented: {row['sentence']}",
         f"  expected {row['expected']}, observed {row['observed']} "
         f"({row['examples']} examples, {row['runs']} runs each, torch {row['torch_version']})",
     ]
-    for key in ("mismatch", "max_abs_diff", "raised", "warnings", "error", "unsupported", "wrong_result",
-                "flaky_replay", "raise_documented_by"):
+    for key in ("mismatch", "max_abs_diff", "raised", "warnings", "stderr_alerts", "error", "unsupported",
+                "wrong_result", "flaky_replay", "raise_documented_by", "compiled"):
         if d.get(key) not in (None, [], ""):
             lines.append(f"  {key}: {d[key]}")
     if d.get("example"):
         lines.append(f"  example: {d['example']}  case={d.get('case', {})}")
     if d.get("repro"):
+        repro = d["repro"]
+        if compiled:
+            repro += (f"\n# the suite ran the op function through torch.compile(<op function>, "
+                      f"backend={row['compile']!r}), called twice on these inputs")
         lines.append("  reproducer:\n    import torch\n    " + MODE_CALLS[row["mode"]] + "\n    "
-                     + d["repro"].replace("\n", "\n    "))
+                     + repro.replace("\n", "\n    "))
     if nodeid:
         lines.append(f"  rerun: pytest '{nodeid}' --hypothesis-profile ci")
     return "\n".join(lines)

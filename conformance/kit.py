@@ -27,14 +27,17 @@ else when the recipe runs.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dis
 import functools
 import inspect
 import math
+import random
 import textwrap
 import types
 import warnings
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +48,7 @@ from engine.program import Program
 from engine.strategies import DUPLICATE_SHARES, build_indices, build_tensor, float_dtypes, scale_limits, seeds
 
 __all__ = [
-    "NO_HALF", "REPRO_IMPORTS", "Example", "OpFunctionError", "forward_backward", "index_put_parts", "ndims_for",
+    "NO_HALF", "REPRO_IMPORTS", "Example", "StableDraws", "stable_draws", "OpFunctionError", "forward_backward", "index_put_parts", "ndims_for",
     "nn_module_op", "num_indices",
     "op_source", "pool_input", "shape", "target_side", "window",
 ]
@@ -63,6 +66,56 @@ REPRO_IMPORTS = (
     "from engine.strategies import build_indices, build_tensor",
 )
 _OP_GLOBALS = {"torch": torch, "F": F, "math": math, "warnings": warnings}
+
+
+class StableDraws:
+    """Under torch.compile, the examples of a case keep to one *shape class*.
+
+    A compiled function is reused across examples only while Dynamo's guards hold (dtypes,
+    ranks, sizes, layout, the constants of the call); every new class is a new compilation,
+    and past Dynamo's recompile limit the function silently runs in eager. So in a compiled
+    case the *class draws* of an example (dtype, sizes, integer and option choices, layout)
+    take one value for the whole case, picked from the draw's options by a generator seeded
+    with the case (the same in every process and on every machine), not Hypothesis's simplest
+    example, which would pin every case to size-1 tensors. Hypothesis still makes every draw,
+    so its choice sequence and constraints are the same in every example and replay. Values,
+    seeds and the share of duplicate indices vary from example to example, so the runs still
+    differ in what exposes nondeterminism. Each call form and documented condition has its
+    own class.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(seed)
+        self._memo: dict[tuple[Any, ...], tuple[str, Any]] = {}
+
+    def draw(self, key: tuple[Any, ...], strategy: Any, options: Sequence[Any], draw: Callable[[Any], Any]) -> Any:
+        drawn = draw(strategy)
+        spelled = repr(list(options))
+        kept = self._memo.get(key)
+        if kept is None:
+            value = self._rng.choice(list(options))
+            self._memo[key] = (spelled, value)
+            return value
+        # Another draw at this place (the recipe took another branch): keep what Hypothesis drew.
+        return kept[1] if kept[0] == spelled else drawn
+
+
+_STABLE: contextvars.ContextVar[StableDraws | None] = contextvars.ContextVar("detconf_stable_draws", default=None)
+
+
+@contextlib.contextmanager
+def stable_draws(seed: int | None) -> Iterator[StableDraws | None]:
+    """Keep the examples drawn inside the body to one shape class (see :class:`StableDraws`);
+    ``seed=None``: no such constraint (eager)."""
+    if seed is None:
+        yield None
+        return
+    stable = StableDraws(seed)
+    token = _STABLE.set(stable)
+    try:
+        yield stable
+    finally:
+        _STABLE.reset(token)
 
 
 class OpFunctionError(TypeError):
@@ -115,6 +168,9 @@ class Example:
         self.lines: list[str] = []
         self.kwargs: dict[str, Any] = {}
         self.unreachable: str | None = None
+        self._stable = _STABLE.get()
+        self._class_draws = 0
+        self._class_key = tuple(sorted((k, repr(v)) for k, v in self.case.items()))
         if "form" in self.case:
             self.kwargs["form"] = self.case["form"]
 
@@ -137,9 +193,16 @@ class Example:
     def large(self) -> bool:
         return self.limits.name == "large"
 
+    def _class_draw(self, strategy: Any, options: Sequence[Any]) -> Any:
+        """A draw that decides the example's shape class (one value per compiled case)."""
+        if self._stable is None:
+            return self.draw(strategy)
+        self._class_draws += 1
+        return self._stable.draw((self._class_key, self._class_draws), strategy, options, self.draw)
+
     def integer(self, lo: int, hi: int) -> int:
         """A drawn int in ``[lo, hi]`` (shrinks to ``lo``)."""
-        return self.draw(st.integers(lo, max(lo, hi)))
+        return self._class_draw(st.integers(lo, max(lo, hi)), range(lo, max(lo, hi) + 1))
 
     def side(self, lo: int = 1, hi: int | None = None) -> int:
         """A dimension length; defaults to the scale's ``max_side``."""
@@ -147,7 +210,7 @@ class Example:
 
     def choice(self, options: Sequence[Any]) -> Any:
         """One of ``options``; shrinks towards the first."""
-        return self.draw(st.sampled_from(list(options)))
+        return self._class_draw(st.sampled_from(list(options)), list(options))
 
     def kwarg(self, name: str, options: Sequence[Any]) -> Any:
         """The case's value for ``name`` if the entry fixes it, else a drawn one. Recorded for ``describe``."""
@@ -165,7 +228,8 @@ class Example:
         if self.entry.backward:
             classes = tuple(c for c in classes if c in ("floating", "complex")) or ("floating",)
         excluded = tuple(exclude) + (tuple(exclude_on_cpu) if self.device.type == "cpu" else ())
-        return self.draw(float_dtypes(classes, device=self.device, exclude=excluded))
+        strategy = float_dtypes(classes, device=self.device, exclude=excluded)
+        return self._class_draw(strategy, strategy.elements)
 
     def spatial(self, n: int, *, mins: Sequence[int] | int = 1, budget: int | None = None) -> tuple[int, ...]:
         """``n`` sides, each at least its minimum, with about ``budget`` elements at most."""
@@ -222,7 +286,8 @@ class Example:
         if isinstance(shape, int):
             shape = (shape,)
         shape = tuple(int(s) for s in shape)
-        share = 0.0 if unique else (self.choice(DUPLICATE_SHARES) if duplicates is None else duplicates)
+        # The duplicate share exposes nondeterminism and changes no guard: drawn afresh every example.
+        share = 0.0 if unique else (self.draw(st.sampled_from(DUPLICATE_SHARES)) if duplicates is None else duplicates)
         seed = self.draw(seeds())
         t = build_indices(shape, size, seed, duplicates=share, unique=unique, device=self.device, dtype=dtype)
         if t.numel() == 0:

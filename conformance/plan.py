@@ -8,9 +8,9 @@ child process.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
-from detconf.vocabulary import DETERMINISTIC_MODES, SOURCE_NAMES, UNLISTED_SOURCES
+from detconf.vocabulary import COMPILERS, DETERMINISTIC_MODES, SOURCE_NAMES, UNLISTED_SOURCES
 from engine.entry import CatalogError, Entry
 
 
@@ -44,11 +44,14 @@ def raise_documented_elsewhere(entry: Entry, device_type: str, catalog: Iterable
 
 @dataclass(frozen=True)
 class Case:
-    """One generated test: an entry on one device type in one mode, in one phase.
+    """One generated test: an entry on one device type in one mode, in one phase, under one
+    compile setting.
 
     ``phase`` (``detconf.vocabulary.PHASES``): ``program`` runs the whole example
     under the mode; ``backward-only`` runs the forward with determinism off
     and only the backward under the mode.
+    ``compile`` (``detconf.vocabulary.COMPILERS``): ``eager``, or the ``torch.compile``
+    backend the program runs through.
     """
 
     entry: Entry
@@ -56,43 +59,69 @@ class Case:
     mode: str
     raise_documented_by: str | None = None
     phase: str = "program"
+    compile: str = "eager"
+
+    def __post_init__(self) -> None:
+        if self.compile not in COMPILERS:
+            raise ValueError(f"compile setting must be one of {COMPILERS}, got {self.compile!r}")
 
     @property
     def id(self) -> str:
+        """``put_(accumulate=False)-cpu-error``; a compiled case ends in its setting
+        (``...-cpu-error-inductor``), so eager ids stay as they always were."""
         prefix = "" if self.entry.source == "torch-docs" else f"{self.entry.source}:"
         suffix = "" if self.phase == "program" else f"-{self.phase}"
-        return f"{prefix}{self.entry.id}-{self.device}-{self.mode}{suffix}"
+        compiled = "" if self.compile == "eager" else f"-{self.compile}"
+        return f"{prefix}{self.entry.id}-{self.device}-{self.mode}{suffix}{compiled}"
 
     def to_json(self) -> dict[str, Any]:
         return {"entry": self.entry.to_json(), "device": self.device, "mode": self.mode,
-                "raise_documented_by": self.raise_documented_by, "phase": self.phase}
+                "raise_documented_by": self.raise_documented_by, "phase": self.phase, "compile": self.compile}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Case":
         return cls(Entry.from_json(d["entry"]), d["device"], d["mode"], d.get("raise_documented_by"),
-                   d.get("phase", "program"))
+                   d.get("phase", "program"), d.get("compile", "eager"))
 
 
-def phases_for(entry: Entry, mode: str) -> tuple[str, ...]:
+def phases_for(entry: Entry, mode: str, compile: str = "eager") -> tuple[str, ...]:
     """``program`` always; ``backward-only`` too for a documented op entry about differentiation
     in a deterministic mode (with the mode off both phases run the same thing; the sweep names no
-    kernel for the backward-only phase to reach)."""
-    if entry.backward and entry.promise != "behaves" and mode in DETERMINISTIC_MODES and entry.source not in UNLISTED_SOURCES:
+    kernel for the backward-only phase to reach). Compiled programs run the ``program`` phase
+    only: torch refuses to run a compiled backward under another determinism setting than the
+    one its forward was compiled under."""
+    if (entry.backward and entry.promise != "behaves" and mode in DETERMINISTIC_MODES
+            and entry.source not in UNLISTED_SOURCES and compile == "eager"):
         return ("program", "backward-only")
     return ("program",)
 
 
-def plan(catalog: list[Entry], devices: Iterable[str], modes: Iterable[str]) -> list[Case]:
+def plan(catalog: list[Entry], devices: Iterable[str], modes: Iterable[str], compilers: Iterable[str] = ("eager",),
+         *, compiles: Callable[[Entry], bool] | None = None) -> list[Case]:
+    """Every case of ``catalog`` × ``devices`` × ``modes`` × phases × ``compilers``, sorted.
+
+    Op entries run under every compile setting; a check entry (promise ``behaves``) runs
+    compiled only where ``compiles(entry)`` says its check compiles what it observes (the
+    ``fill_uninitialized_memory`` promises); the flag API and the other notes are eager only.
+    """
+    compilers = list(dict.fromkeys(compilers))
+    unknown = [c for c in compilers if c not in COMPILERS]
+    if unknown:
+        raise ValueError(f"unknown compile setting {unknown[0]!r}; known: {', '.join(COMPILERS)}")
     cases = []
     for entry in catalog:
+        settings = [c for c in compilers
+                    if c == "eager" or entry.promise != "behaves" or (compiles is not None and compiles(entry))]
         for device in devices:
             elsewhere = raise_documented_elsewhere(entry, device, catalog)
             for mode in modes:
-                for phase in phases_for(entry, mode):
-                    cases.append(Case(entry, device, mode, elsewhere, phase))
+                for setting in settings:
+                    for phase in phases_for(entry, mode, setting):
+                        cases.append(Case(entry, device, mode, elsewhere, phase, setting))
     order = {s: i for i, s in enumerate(SOURCE_NAMES)}
+    rank = {c: i for i, c in enumerate(COMPILERS)}
     cases.sort(key=lambda c: (order.get(c.entry.source, 99), c.entry.list_name, c.entry.position, c.entry.id,
-                              c.phase != "program", c.device, c.mode))
+                              c.phase != "program", c.device, c.mode, rank[c.compile]))
     ids = [c.id for c in cases]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})

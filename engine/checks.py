@@ -45,13 +45,17 @@ class CheckObservation:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-def check(entry_id: str, *, source: str, max_examples: int | None = None) -> Callable[[Check], Check]:
+def check(entry_id: str, *, source: str, max_examples: int | None = None,
+          compiles: bool = False) -> Callable[[Check], Check]:
     """Register ``fn`` for an entry. ``max_examples`` caps the Hypothesis examples
-    for checks whose every example costs seconds (fresh processes, compilation)."""
+    for checks whose every example costs seconds (fresh processes, compilation).
+    ``compiles=True``: the check can observe its promise inside compiled code; under a compile
+    setting it is called with ``compiler=`` (an :class:`engine.compiled.Compiler`)."""
 
     def register(fn: Check) -> Check:
         if max_examples is not None:
             fn.max_examples = max_examples
+        fn.compiles = compiles
         key = (source, entry_id)
         if key in _CHECKS and _CHECKS[key] is not fn:
             raise ValueError(f"two checks registered for {source}:{entry_id}")
@@ -66,6 +70,12 @@ def check_for(source: str, entry_id: str) -> Check:
         return _CHECKS[(source, entry_id)]
     except KeyError:
         raise LookupError(f"no check for {source}:{entry_id}: add one with @check in conformance/checks/") from None
+
+
+def compiles(source: str, entry_id: str) -> bool:
+    """Does the entry's check run under a compile setting? (False for an entry without a check.)"""
+    fn = _CHECKS.get((source, entry_id))
+    return bool(getattr(fn, "compiles", False))
 
 
 def example_cap(source: str, entry_id: str) -> int | None:

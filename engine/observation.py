@@ -39,6 +39,11 @@ class Observation:
     - ``reached``: whether a run dispatched a target (None: not judged).
     - ``unreachable``: why the example cannot reach its kernel whatever it dispatches
       (an empty index: the kernel returns before it runs).
+    - ``stderr_alerts`` / ``stderr_alert_runs``: alerts that C++ printed on stderr in runs where
+      no Python warning carried them (compiled graphs): for ``warn_only`` a missing warning.
+    - ``alert_wrapped``: the type of the compiler's exception around the alert, if any.
+    - ``compiled``: under torch.compile, per run the compiled graphs that ran, the graph breaks
+      and their reasons, compile seconds, and how reach was shown (``reach_via``).
 
     Added by the harness:
 
@@ -69,6 +74,10 @@ class Observation:
     targets: list[str] | None = None
     reached: bool | None = None
     unreachable: str | None = None
+    stderr_alerts: list[str] = field(default_factory=list)
+    stderr_alert_runs: int = 0
+    alert_wrapped: str | None = None
+    compiled: dict[str, Any] = field(default_factory=dict)
     wrong_result: str | None = None
     check: bool = False
     held: bool | None = None

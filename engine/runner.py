@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import torch
 from collections import Counter
 
 from detconf.vocabulary import PHASES
+from engine.compiled import CompileSnapshot, Compiler, compiled_reach, is_compile_failure
 from engine.determinism import apply_mode, deterministic_mode
 from engine.observation import Observation
 from engine.program import Program
@@ -35,6 +37,9 @@ __all__ = ["DETERMINISM_ALERT", "Observation", "PHASES", "RunOutcome", "UNSUPPOR
 # The phrases torch's alerts use, both for the error and for the warn_only
 # warning: the generic alert, and cuBLAS's when CUBLAS_WORKSPACE_CONFIG is unset.
 DETERMINISM_ALERT = re.compile(r"does not have a deterministic implementation|not deterministic because it uses CuBLAS")
+# The alert sentence from the op's name on, for messages that quote it inside their own text.
+_ALERT_SENTENCE = re.compile(r"[\w.:]+ (?:does not have a deterministic implementation|is not deterministic because "
+                             r"it uses CuBLAS)[^\"\n]*")
 # Messages that mean "this op / dtype is not implemented on this device".
 UNSUPPORTED = re.compile(
     r"not implemented for|not supported|Could not run '|doesn't support|is not implemented|"
@@ -60,6 +65,9 @@ class RunRecord:
     unsupported: str | None = None
     alert_warnings: list[str] = field(default_factory=list)
     ops: Counter = field(default_factory=Counter)  # ATen overloads dispatched, forward and backward
+    alert_wrapped: str | None = None  # the compiler's exception type around the alert
+    stderr_alerts: list[str] = field(default_factory=list)  # alerts C++ printed that no Python warning carried
+    compiled: CompileSnapshot | None = None  # under torch.compile: graphs run, their operators, breaks
 
 
 @dataclass
@@ -129,14 +137,39 @@ def _seeded_like(t: torch.Tensor, index: int) -> torch.Tensor:
     return g.to(dtype=t.dtype, device=t.device)
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it wraps (``__cause__`` / ``__context__``), outermost first."""
+    out: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and all(e is not seen for seen in out):
+        out.append(e)
+        e = e.__cause__ or e.__context__
+    return out
+
+
 def _classify(exc: BaseException, record: RunRecord, phase: str) -> None:
+    """The determinism alert wherever it sits in the chain (Dynamo and Inductor wrap the op's
+    ``RuntimeError`` in their own types), else "not implemented here", else a compiler's own
+    failure (unsupported: the program cannot be compiled), else an error."""
+    chain = _chain(exc)
+    # The innermost match is the op's own error; outer ones are wrappers that quote it.
+    alert = next((e for e in reversed(chain) if isinstance(e, RuntimeError) and DETERMINISM_ALERT.search(str(e))), None)
+    if alert is None:
+        # A compiler's wrapper that is no RuntimeError but quotes the op's message.
+        alert = next((e for e in chain if DETERMINISM_ALERT.search(str(e))), None)
     text = f"{type(exc).__name__}: {exc}".strip()
     first_line = text.splitlines()[0][:500]
-    if isinstance(exc, RuntimeError) and DETERMINISM_ALERT.search(str(exc)):
-        record.alert_error = first_line
+    if alert is not None:
+        message = str(alert)
+        quoted = _ALERT_SENTENCE.search(message)  # the op's own sentence, wherever a wrapper quotes it
+        record.alert_error = (quoted.group(0) if quoted else message.strip().splitlines()[0])[:500]
         record.alert_phase = phase
-    elif isinstance(exc, (NotImplementedError, RuntimeError, TypeError)) and UNSUPPORTED.search(str(exc)):
+        if alert is not exc or is_compile_failure(exc):
+            record.alert_wrapped = type(exc).__name__
+    elif any(isinstance(e, (NotImplementedError, RuntimeError, TypeError)) and UNSUPPORTED.search(str(e)) for e in chain):
         record.unsupported = first_line
+    elif is_compile_failure(exc):
+        record.unsupported = f"compile failed: {first_line}"
     else:
         record.other_error = first_line
 
@@ -145,21 +178,55 @@ def _traced(trace: DispatchTrace | None):
     return trace if trace is not None else contextlib.nullcontext()
 
 
+@contextlib.contextmanager
+def _stderr_lines(capture: bool):
+    """Capture what native code writes to file descriptor 2 while the body runs (C++'s warning
+    handler prints the alert there when no Python frame takes it, e.g. inside a compiled graph)."""
+    lines: list[str] = []
+    if not capture:
+        yield lines
+        return
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode("utf-8", "replace")
+            lines.extend(text.splitlines())
+            if text:  # hand on what was not ours to keep
+                sys.stderr.write(text)
+
+
 def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | None = None,
-              phase: str = "program", trace: bool = True) -> RunRecord:
+              phase: str = "program", trace: bool = True, fn: Callable[..., Any] | None = None,
+              compiler: Compiler | None = None) -> RunRecord:
     """One run. ``mode`` is switched inside the run only for ``phase="backward-only"``
-    (forward with determinism off, backward under ``mode``); otherwise the caller set it."""
+    (forward with determinism off, backward under ``mode``); otherwise the caller set it.
+
+    ``fn``/``compiler``: run the compiled form ``fn`` of ``program.fn``; the compiler records
+    the graphs that ran (no dispatch trace: Dynamo does not compile under one)."""
     record = RunRecord()
-    tracer = DispatchTrace() if trace else None
+    tracer = DispatchTrace() if trace and compiler is None else None
     where = "forward"
-    with warnings.catch_warnings(record=True) as caught:
+    call = fn or program.fn
+    watch = compiler.run() if compiler is not None else contextlib.nullcontext()
+    with warnings.catch_warnings(record=True) as caught, _stderr_lines(compiler is not None) as native, watch as snap:
         warnings.simplefilter("always")
         try:
             inputs = _fresh_inputs(program)
             if phase == "backward-only":
                 apply_mode("off")
             with _traced(tracer):
-                result = program.fn(**inputs)
+                result = call(**inputs)
             outputs = flatten_tensors(result)
             if program.grad_inputs:
                 where = "backward"
@@ -188,7 +255,12 @@ def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | 
             _classify(exc, record, where)
     if tracer is not None:
         record.ops = tracer.ops
+    if compiler is not None:
+        record.compiled = snap
+        record.ops = Counter(snap.ops)
     record.alert_warnings = [str(w.message).splitlines()[0][:500] for w in caught if DETERMINISM_ALERT.search(str(w.message))]
+    if not record.alert_warnings:
+        record.stderr_alerts = [line.strip()[:500] for line in native if DETERMINISM_ALERT.search(line)]
     return record
 
 
@@ -249,14 +321,24 @@ def run_program(
     case: dict[str, Any] | None = None,
     targets: tuple[str, ...] | None = None,
     phase: str = "program",
+    compiler: Compiler | None = None,
+    eager_reached: bool | None = None,
 ) -> RunOutcome:
     """:func:`observe`, keeping run 0's values for a differential comparison.
 
-    Every run is traced (:class:`~engine.trace.DispatchTrace`): the observation
+    Every eager run is traced (:class:`~engine.trace.DispatchTrace`): the observation
     carries the most frequent operators dispatched and, given ``targets``,
     whether any run reached one. A program that says it cannot reach its
     kernel (``meta["unreachable"]``, e.g. an empty index on which the kernel
     returns before it runs) does not reach, whatever it dispatched.
+
+    With a ``compiler`` the same compiled function is called in every run on identical
+    inputs (backward through the compiled graph). Reach is read from the graphs that ran
+    (:func:`engine.compiled.compiled_reach`; ``eager_reached`` says whether the same example
+    in eager dispatched a target). An example whose documented operation did not run in
+    compiled code (no compiled graph ran, or a graph break left it to eager) is
+    ``unsupported`` with the reason, unless it raised the alert: it says nothing about
+    compiled code.
     """
     if runs < 2:
         raise ValueError(f"runs must be at least 2 to compare, got {runs}")
@@ -264,16 +346,22 @@ def run_program(
         raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
     if phase == "backward-only" and not program.grad_inputs:
         raise ValueError("phase 'backward-only' needs a program with gradients")
+    if phase == "backward-only" and compiler is not None:
+        raise ValueError("phase 'backward-only' runs in eager only: torch refuses a compiled backward under "
+                         "another determinism setting than its forward")
     records = []
     with deterministic_mode(mode, rng=True):
+        compiled_fn = compiler.compile(program.fn) if compiler is not None else None
         for _ in range(runs):
-            records.append(_run_once(program, synchronize, mode=mode, phase=phase))
+            records.append(_run_once(program, synchronize, mode=mode, phase=phase, fn=compiled_fn, compiler=compiler))
     obs = Observation(runs=runs, example=program.describe, repro=program.repro, case=dict(case or {}))
     dispatched: Counter = Counter()
     for r in records:
         dispatched |= r.ops  # per operator, the most calls seen in one run
     obs.dispatched = top_ops(dispatched)
-    if targets is not None:
+    if compiler is not None:
+        _compiled_evidence(obs, records, targets, eager_reached, program)
+    elif targets is not None:
         obs.targets = list(targets)
         obs.reached = reached(targets, dispatched) and not program.meta.get("unreachable")
         if program.meta.get("unreachable"):
@@ -283,11 +371,17 @@ def run_program(
             obs.raised_runs += 1
             obs.raised = obs.raised or r.alert_error
             obs.raise_phase = obs.raise_phase or r.alert_phase
+            obs.alert_wrapped = obs.alert_wrapped or r.alert_wrapped
         if r.alert_warnings:
             obs.warned_runs += 1
             for w in r.alert_warnings:
                 if w not in obs.warnings:
                     obs.warnings.append(w)
+        if r.stderr_alerts:
+            obs.stderr_alert_runs += 1
+            for w in r.stderr_alerts:
+                if w not in obs.stderr_alerts:
+                    obs.stderr_alerts.append(w)
         obs.unsupported = obs.unsupported or r.unsupported
         obs.error = obs.error or r.other_error
     complete = [r for r in records if not (r.alert_error or r.unsupported or r.other_error)]
@@ -301,6 +395,57 @@ def run_program(
             break
     obs.fingerprint = fingerprint(records[0])
     return RunOutcome(obs, list(zip(records[0].labels, records[0].values)))
+
+
+def _compiled_evidence(obs: Observation, records: list[RunRecord], targets: tuple[str, ...] | None,
+                       eager_reached: bool | None, program: Program) -> None:
+    """Fill the compile fields of ``obs``; mark an example whose operation ran in eager."""
+    snaps = [r.compiled for r in records if r.compiled is not None]
+    breaks = sorted({reason for s in snaps for reason in s.break_reasons})
+    obs.compiled = {
+        "graphs_run": [s.graphs_run for s in snaps],
+        "graph_breaks": max((s.graph_breaks for s in snaps), default=0),
+        "break_reasons": breaks,
+        "compile_s": round(sum(s.compile_s for s in snaps), 4),
+    }
+    alerted = any(r.alert_error for r in records)
+    failed = any(r.unsupported or r.other_error for r in records)
+    if targets is not None:
+        ok, via = compiled_reach(targets, snaps, eager_reached)
+        if not ok and alerted and eager_reached:
+            # The op's alert came through compile (Dynamo's fake-tensor run of the op raises it
+            # while tracing, before any graph exists): the documented operation was reached.
+            ok, via = True, "alert"
+        if program.meta.get("unreachable"):
+            ok, via = False, None
+            obs.unreachable = str(program.meta["unreachable"])
+        obs.targets = list(targets)
+        obs.reached = ok
+        if via:
+            obs.compiled["reach_via"] = via
+        if not ok and eager_reached and not alerted and not failed and not program.meta.get("unreachable"):
+            obs.unsupported = _not_compiled_reason(snaps)
+    elif not alerted and not failed and any(s.graphs_run == 0 for s in snaps):
+        obs.unsupported = _not_compiled_reason(snaps)
+
+
+def _not_compiled_reason(snaps: list[CompileSnapshot]) -> str:
+    reasons = sorted({reason for s in snaps for reason in s.break_reasons})
+    if reasons:
+        return "not compiled: a graph break left the operation to eager: " + "; ".join(reasons)[:400]
+    earlier = sorted({reason for s in snaps for reason in s.case_break_reasons})
+    if earlier:
+        return "not compiled: no compiled graph ran; Dynamo left the function to eager: " + "; ".join(earlier)[:400]
+    return "not compiled: no compiled graph ran (Dynamo ran the function in eager)"
+
+
+def eager_reach(program: Program, mode: str, targets: tuple[str, ...], *, phase: str = "program",
+                synchronize: Callable[[], None] = lambda: None) -> bool:
+    """Does one traced eager run of ``program`` under ``mode`` dispatch a target? (A run that
+    raises the alert counts: the kernel was called.)"""
+    with deterministic_mode(mode, rng=True):
+        record = _run_once(program, synchronize, mode=mode, phase=phase)
+    return reached(targets, record.ops) and not program.meta.get("unreachable")
 
 
 # Differential correctness ---------------------------------------------------

@@ -109,6 +109,8 @@ def _op_verdict(expected: str, obs: Observation) -> str:
         return "conforms"
     if expected == "deterministic-or-warns" and obs.warned_runs == obs.runs and not obs.raised_any:
         return "conforms" if obs.identical is not False else "nondeterministic"
+    if expected == "deterministic-or-warns" and obs.stderr_alert_runs and not obs.raised_any:
+        return "missing-warning"  # the op alerted, but only on C++'s stderr: no Python warning to act on
     if expected.startswith("deterministic"):
         if obs.raised_any:
             return "undocumented-raise"
@@ -116,7 +118,7 @@ def _op_verdict(expected: str, obs: Observation) -> str:
             return "unsupported"
         if obs.identical is False:
             return "nondeterministic"
-        if obs.warned_any:
+        if obs.warned_any or obs.stderr_alert_runs:
             return "spurious-warning"
         return "conforms"
     # "holds" reaches here only for an op observation of a check entry: the harness's bug.
@@ -160,4 +162,6 @@ def observed_word(obs: Observation) -> str:
         return "nondeterministic" if not obs.warned_any else "warned+nondeterministic"
     if obs.warned_any:
         return "warned"
+    if obs.stderr_alert_runs:
+        return "warned-on-stderr-only"
     return "deterministic"

@@ -203,3 +203,72 @@ def leaks_state(draw, entry, case, device):
     guard) and leaves it so."""
     torch.backends.cudnn.benchmark = not torch.backends.cudnn.benchmark
     return Program(fn=lambda x: x * 2, inputs={"x": _x(draw, device)}, describe="leaks cudnn.benchmark")
+
+
+# Compiled mode ----------------------------------------------------------------------------
+# Faults that only the compiled path has: the eager program behaves, its compiled form does not.
+
+
+@recipe("planted.alert_swallowed_when_compiled", targets="aten.put_")
+def alert_swallowed_when_compiled(draw, entry, case, device):
+    """Eager calls put_(accumulate=False), which raises / warns the alert; the compiled path
+    computes something else and never alerts."""
+
+    def fn(x):
+        if torch.compiler.is_compiling():
+            return x * 2
+        return x.clone().put_(torch.zeros(1, dtype=torch.long, device=x.device), torch.ones(1, device=x.device),
+                              accumulate=False)
+
+    return Program(fn=fn, inputs={"x": _x(draw, device)}, describe="alert swallowed when compiled")
+
+
+@recipe("planted.drifts_when_compiled", targets="aten.mul")
+def drifts_when_compiled(draw, entry, case, device):
+    """Deterministic in eager; compiled, it adds fresh random noise on every call."""
+
+    def fn(x):
+        if torch.compiler.is_compiling():
+            return x * 2 + torch.rand_like(x)
+        return x * 2
+
+    return Program(fn=fn, inputs={"x": _x(draw, device)}, describe="drifts when compiled")
+
+
+@recipe("planted.op_left_to_eager", targets="aten.index_add")
+def op_left_to_eager(draw, entry, case, device):
+    """Compiled, the documented op sits behind a graph break and runs in eager."""
+
+    @torch.compiler.disable
+    def eager_index_add(x, index, src):
+        return x.index_add(0, index, src)
+
+    def fn(x, index, src):
+        return eager_index_add(x * 1, index, src)
+
+    return Program(fn=fn, inputs=_index_add_inputs(draw, device), describe="index_add behind a graph break")
+
+
+@recipe("planted.eager_low_precision_strays", targets="aten.mul")
+def eager_low_precision_strays(draw, entry, case, device):
+    """Eager rounds through bfloat16 (off by a lot for large values); the compiled path keeps the
+    input's precision and matches a float64 reference."""
+
+    def fn(x):
+        if torch.compiler.is_compiling():
+            return x * 2
+        return (x.to(torch.bfloat16) * 2).to(x.dtype) + 1000.0 * (x.dtype != torch.float64)
+
+    return Program(fn=fn, inputs={"x": _x(draw, device) + 1.5}, describe="eager strays in low precision")
+
+
+@recipe("planted.wrong_when_compiled", targets="aten.mul")
+def wrong_when_compiled(draw, entry, case, device):
+    """Deterministic, but the compiled path computes another answer than eager and float64."""
+
+    def fn(x):
+        if torch.compiler.is_compiling():
+            return x * 3
+        return x * 2
+
+    return Program(fn=fn, inputs={"x": _x(draw, device) + 1}, describe="wrong when compiled")

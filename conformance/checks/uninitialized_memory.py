@@ -103,6 +103,25 @@ def _uninitialized(build: Callable[[], torch.Tensor], dtype: torch.dtype) -> tor
         raise
 
 
+def _observe(build: Callable[[], torch.Tensor], dtype: torch.dtype, compiler: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the uninitialized elements hold, and (under a compile setting) how the builder ran.
+
+    Compiled: the builder itself goes through ``torch.compile``, so the allocation happens in
+    compiled code (Inductor allocates its own buffers). A builder that did not run as one
+    compiled graph (a graph break, or Dynamo ran it in eager) says nothing about compiled
+    code: :class:`CheckUnsupported` with the reason."""
+    if compiler is None:
+        return classify(_uninitialized(build, dtype)), {}
+    compiled_build = compiler.compile(build)
+    with compiler.run() as snap:
+        t = _uninitialized(compiled_build, dtype)
+    if not snap.graphs_run or snap.graph_breaks:
+        why = "; ".join(snap.break_reasons) or "Dynamo ran the builder in eager"
+        raise CheckUnsupported(f"not compiled: {why}"[:400])
+    ops = sorted(snap.ops)
+    return classify(t), {"compile": compiler.setting, "compiled_ops": ops[:12], "graphs_run": snap.graphs_run}
+
+
 def classify(t: torch.Tensor) -> dict[str, Any]:
     """What the uninitialized elements hold: counts of NaN, of the integer
     maximum and of zeros, and a short preview."""
@@ -136,19 +155,20 @@ def _observed(summary: dict[str, Any]) -> str:
 
 
 def _fill_on_check(op: str, cls: str):
-    def fill_on(draw, entry, device: torch.device, mode: str) -> CheckObservation:
+    def fill_on(draw, entry, device: torch.device, mode: str, compiler: Any = None) -> CheckObservation:
         _, dtype = _draw_dtype(draw, [cls], device)
         build, example = _make(op, draw, dtype, device)
         with preserved_global_state():
             enter_mode(mode)
             torch.utils.deterministic.fill_uninitialized_memory = True
-            summary = classify(_uninitialized(build, dtype))
+            summary, compiled = _observe(build, dtype, compiler)
         observed = _observed(summary)
         want = "filled-nan" if cls in ("floating", "complex") else "filled-max"
         return CheckObservation(
             held=(observed == want) if mode_is_on(mode) else None,
             observed=observed,
-            detail={"op": op, "dtype": str(dtype), "fill_uninitialized_memory": True, "expected": want, **example, **summary},
+            detail={"op": op, "dtype": str(dtype), "fill_uninitialized_memory": True, "expected": want, **example,
+                    **summary, **compiled},
         )
 
     fill_on.__name__ = f"fill_on_{op}_{cls}"
@@ -156,17 +176,18 @@ def _fill_on_check(op: str, cls: str):
 
 
 def _fill_off_check(op: str):
-    def fill_off(draw, entry, device: torch.device, mode: str) -> CheckObservation:
+    def fill_off(draw, entry, device: torch.device, mode: str, compiler: Any = None) -> CheckObservation:
         cls, dtype = _draw_dtype(draw, list(DTYPE_CLASSES), device)
         build, example = _make(op, draw, dtype, device)
         with preserved_global_state():
             enter_mode(mode)
             torch.utils.deterministic.fill_uninitialized_memory = False
-            summary = classify(_uninitialized(build, dtype))
+            summary, compiled = _observe(build, dtype, compiler)
         return CheckObservation(
             held=None,
             observed=_observed(summary),
-            detail={"op": op, "dtype": str(dtype), "dtype_class": cls, "fill_uninitialized_memory": False, **example, **summary},
+            detail={"op": op, "dtype": str(dtype), "dtype_class": cls, "fill_uninitialized_memory": False, **example,
+                    **summary, **compiled},
         )
 
     fill_off.__name__ = f"fill_off_{op}"
@@ -175,8 +196,8 @@ def _fill_off_check(op: str):
 
 for _op in FILL_OPS:
     for _cls in DTYPE_CLASSES:
-        check(f"fill_uninitialized_memory:{_op}[{_cls}]", source=REPRO_NOTES)(_fill_on_check(_op, _cls))
-    check(f"fill_uninitialized_memory=False:{_op}", source=REPRO_NOTES)(_fill_off_check(_op))
+        check(f"fill_uninitialized_memory:{_op}[{_cls}]", source=REPRO_NOTES, compiles=True)(_fill_on_check(_op, _cls))
+    check(f"fill_uninitialized_memory=False:{_op}", source=REPRO_NOTES, compiles=True)(_fill_off_check(_op))
 
 
 @check("fill_uninitialized_memory:default", source=REPRO_NOTES, max_examples=1)

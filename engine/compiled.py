@@ -1,0 +1,299 @@
+"""Running a program through ``torch.compile``: the compile axis.
+
+The docs make no exception for compiled code, so a case judged under ``aot_eager`` or
+``inductor`` has the same expectation as in eager. A :class:`Compiler` belongs to one case:
+it compiles the case's op functions with a recording backend, reuses them across the case's
+examples (Dynamo caches compiled code per function and guards; the backend object stays the
+same for the whole case), and tells, per run:
+
+- how many compiled graphs ran (zero: the program ran in eager, e.g. past Dynamo's
+  recompile limit, so the example is no evidence about compiled code);
+- the ATen operators of the graphs that ran, forward and backward, as the compiler
+  received them (after AOTAutograd and, for Inductor, its decompositions);
+- the graph breaks Dynamo took, with their reasons (a break puts code back in eager);
+- the seconds spent compiling (kept apart from the op's run time).
+
+A dispatch trace cannot run under compile (Dynamo skips frames while a dispatch mode is
+active), so reach is read from the recorded graphs instead; see :func:`compiled_reach`.
+Everything here is torch-level plumbing; the verdict stays in :mod:`engine.verdict`.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+
+from detconf.vocabulary import COMPILERS
+from engine.trace import reached
+
+__all__ = ["CompileSnapshot", "Compiler", "compile_unavailable", "compiled_reach", "is_compile_failure",
+           "private_cache", "CACHE_ENV_VARS"]
+
+#: Environment variables that point compiled artefacts somewhere: the plugin sets them to a
+#: run-private folder so that a run neither reads nor leaves another run's kernels.
+CACHE_ENV_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def compile_unavailable(setting: str, device_type: str) -> str | None:
+    """Why ``setting`` cannot run on ``device_type`` with this torch (None: it can)."""
+    if setting not in COMPILERS:
+        raise ValueError(f"compile setting must be one of {COMPILERS}, got {setting!r}")
+    if setting == "eager":
+        return None
+    if not hasattr(torch, "compile"):
+        return f"torch {torch.__version__} has no torch.compile"
+    try:
+        importlib.import_module("torch._dynamo")
+    except Exception as exc:  # noqa: BLE001 - a build without Dynamo
+        return f"torch._dynamo cannot be imported: {type(exc).__name__}: {exc}"
+    if setting == "inductor":
+        if device_type == "cpu":
+            compiler = os.environ.get("CXX") or next((c for c in ("g++", "c++", "clang++") if shutil.which(c)), None)
+            if not compiler or not shutil.which(compiler):
+                return "Inductor's C++ backend needs a C++ compiler and none was found (CXX, g++, c++, clang++)"
+        elif device_type in ("cuda", "xpu"):
+            try:
+                from torch.utils._triton import has_triton
+            except Exception:  # noqa: BLE001
+                return "Inductor needs Triton on this device and torch.utils._triton is missing"
+            if not has_triton():
+                return "Inductor needs Triton on this device and Triton is not installed"
+    return None
+
+
+def is_compile_failure(exc: BaseException) -> bool:
+    """Is ``exc`` (or an exception it wraps) Dynamo's, AOTAutograd's or Inductor's own failure,
+    rather than an error of the op the program calls?"""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        module = type(e).__module__ or ""
+        if module.startswith(("torch._dynamo", "torch._inductor", "torch._functorch", "torch.fx.experimental")):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+@contextlib.contextmanager
+def private_cache(prefix: str = "detconf-compile-") -> Iterator[str]:
+    """A fresh folder for compiled artefacts, named in :data:`CACHE_ENV_VARS` while the body runs."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    saved = {name: os.environ.get(name) for name in CACHE_ENV_VARS}
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")
+    try:
+        yield folder
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _graph_ops(gm: Any) -> Counter:
+    """The operators an FX graph calls, by overload name (``aten.put.default``)."""
+    ops: Counter = Counter()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            ops[str(node.target)] += 1
+    return ops
+
+
+@dataclass
+class _Graph:
+    """One graph Dynamo handed to the backend, with the ATen graphs compiled for it."""
+
+    index: int
+    ops: Counter = field(default_factory=Counter)
+    calls: int = 0
+    #: Graph breaks Dynamo took while tracing the frame this graph came from. Dynamo counts a
+    #: break when it traces, not when compiled code runs: a reused graph carries its breaks.
+    break_reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CompileSnapshot:
+    """What the compiled program did in one run (plain data)."""
+
+    graphs_run: int = 0
+    ops: Counter = field(default_factory=Counter)
+    graph_breaks: int = 0
+    break_reasons: list[str] = field(default_factory=list)
+    compile_s: float = 0.0
+    #: Every break reason Dynamo gave in this case so far (why a function with no graph runs in eager).
+    case_break_reasons: list[str] = field(default_factory=list)
+
+
+class Compiler:
+    """Compiles one case's op functions with ``setting``'s backend and records what ran.
+
+    Use :meth:`case` around the whole case (it resets Dynamo before and after, so no compiled
+    state passes from one case to the next), :meth:`compile` to get the compiled form of a
+    program's function, and :meth:`run` around each run to get its :class:`CompileSnapshot`.
+    """
+
+    def __init__(self, setting: str) -> None:
+        if setting not in COMPILERS or setting == "eager":
+            raise ValueError(f"a Compiler needs a compile backend ({', '.join(COMPILERS[1:])}), got {setting!r}")
+        self.setting = setting
+        self.compile_s = 0.0
+        self.graphs: list[_Graph] = []
+        self._current: _Graph | None = None
+        self._breaks_mark: Counter = Counter()
+        self.break_reasons_seen: set[str] = set()
+        self._backend = self._make_backend()
+
+    # -- the recording backend
+    def _record_aten(self, compile_aten: Callable[..., Any]) -> Callable[..., Any]:
+        def recording(gm, example_inputs, *args, **kwargs):
+            if self._current is not None:
+                self._current.ops.update(_graph_ops(gm))
+            return compile_aten(gm, example_inputs, *args, **kwargs)
+
+        return recording
+
+    def _make_backend(self) -> Callable[..., Any]:
+        if self.setting == "aot_eager":
+            from torch._dynamo.backends.common import aot_autograd
+            from torch._dynamo.backends.debugging import boxed_nop
+            from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+            # torch's own aot_eager, with a recording step before its no-op compilers.
+            inner = aot_autograd(fw_compiler=self._record_aten(boxed_nop), bw_compiler=self._record_aten(boxed_nop),
+                                 partition_fn=min_cut_rematerialization_partition,
+                                 keep_inference_input_mutations=True)
+        else:
+            from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+            record = self._record_aten(compile_fx_inner)
+
+            def inner(gm, example_inputs):
+                return compile_fx(gm, example_inputs, inner_compile=record)
+
+        def backend(gm, example_inputs):
+            graph = _Graph(index=len(self.graphs), break_reasons=self._new_breaks())
+            self.graphs.append(graph)
+            self._current = graph
+            started = time.perf_counter()
+            try:
+                compiled = inner(gm, example_inputs)
+            finally:
+                self.compile_s += time.perf_counter() - started
+
+            @functools.wraps(compiled)
+            def counted(*args):
+                graph.calls += 1
+                self._current = graph  # a lazily compiled backward belongs to the graph that ran last
+                return compiled(*args)
+
+            if getattr(compiled, "_boxed_call", False):
+                counted._boxed_call = True
+            return counted
+
+        return backend
+
+    def _new_breaks(self) -> list[str]:
+        """Break reasons counted since the last graph was handed to the backend."""
+        now = Counter(_graph_break_counter())
+        new = now - self._breaks_mark
+        self._breaks_mark = now
+        reasons = {_first_line(reason) for reason in new}
+        self.break_reasons_seen |= reasons
+        return sorted(reasons)
+
+    # -- use
+    @contextlib.contextmanager
+    def case(self) -> Iterator["Compiler"]:
+        dynamo = importlib.import_module("torch._dynamo")
+        dynamo.reset()
+        _graph_break_counter().clear()
+        self._breaks_mark = Counter()
+        self.break_reasons_seen = set()
+        try:
+            yield self
+        finally:
+            dynamo.reset()
+            _graph_break_counter().clear()
+
+    def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """The compiled form of ``fn`` (a plain op function or a ``functools.partial`` of one)."""
+        return torch.compile(fn, backend=self._backend)
+
+    @contextlib.contextmanager
+    def run(self) -> Iterator[CompileSnapshot]:
+        """Around one run: afterwards the snapshot holds the graphs that ran, their operators,
+        the graph breaks taken and the compile seconds spent during the run."""
+        snap = CompileSnapshot()
+        calls_before = [g.calls for g in self.graphs]
+        breaks_before = Counter(_graph_break_counter())
+        compile_before = self.compile_s
+        try:
+            yield snap
+        finally:
+            reasons: set[str] = set()
+            graph_breaks = 0
+            for i, graph in enumerate(self.graphs):
+                before = calls_before[i] if i < len(calls_before) else 0
+                if graph.calls > before:
+                    snap.graphs_run += graph.calls - before
+                    snap.ops.update(graph.ops)
+                    reasons.update(graph.break_reasons)
+                    graph_breaks += len(graph.break_reasons)
+            breaks = Counter(_graph_break_counter())
+            breaks.subtract(breaks_before)
+            fresh = {_first_line(reason) for reason, n in breaks.items() if n > 0}
+            snap.graph_breaks = max(graph_breaks, sum(n for n in breaks.values() if n > 0), len(reasons | fresh))
+            snap.break_reasons = sorted(reasons | fresh)
+            snap.compile_s = self.compile_s - compile_before
+            self.break_reasons_seen |= fresh
+            snap.case_break_reasons = sorted(self.break_reasons_seen)
+
+
+def _graph_break_counter() -> Counter:
+    from torch._dynamo.utils import counters
+
+    return counters["graph_break"]
+
+
+def _first_line(text: str) -> str:
+    return str(text).strip().splitlines()[0][:300] if str(text).strip() else "graph break"
+
+
+def compiled_reach(targets: Iterable[str] | None, snaps: Iterable[CompileSnapshot], eager_reached: bool | None) -> tuple[bool | None, str | None]:
+    """Did the compiled program reach the sentence's operator? (reached, how).
+
+    - ``"graph"``: a target is among the operators of a compiled graph that ran.
+    - ``"decomposed"``: every run ran compiled graphs with no graph break, and the same
+      example in eager dispatched a target: the whole program, the documented operation
+      included, was compiled, and the compiler replaced the operator by others (Inductor
+      lowers ``put`` to ``index_put``). The verdict is then about what the compiled
+      program does with that operation, which is the question.
+
+    Not reached: a run that ran no compiled graph (the program ran in eager), or a graph
+    break with no target in the graphs (the operation may have run in eager).
+    """
+    snaps = list(snaps)
+    if targets is None:
+        return None, None
+    targets = tuple(targets)
+    ops: Counter = Counter()
+    for s in snaps:
+        ops.update(s.ops)
+    if reached(targets, ops) and all(s.graphs_run for s in snaps):
+        return True, "graph"
+    whole = bool(snaps) and all(s.graphs_run and not s.graph_breaks for s in snaps)
+    if whole and eager_reached:
+        return True, "decomposed"
+    return False, None

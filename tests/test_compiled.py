@@ -1,0 +1,235 @@
+"""The compile axis: plan, recording, and planted faults that only compiled code has.
+
+Every verdict here comes through the whole path (recipe -> Hypothesis -> compiled runner ->
+verdict -> row). aot_eager keeps most tests fast; Inductor runs where its generated code is
+the point (it needs a C++ compiler: the test skips naming it when none is found).
+"""
+import json
+
+import pytest
+import torch
+from hypothesis import settings
+
+from conformance.catalog import load_catalog
+from conformance.harness import failure_message, judge
+from conformance.plan import Case, plan
+from detconf.vocabulary import COMPILERS
+from engine.compiled import Compiler, compile_unavailable, compiled_reach, CompileSnapshot, is_compile_failure
+from engine.devices import backends
+from engine.observation import Observation
+from engine.runner import RunRecord, _classify
+from engine.verdict import verdict_for
+from tests.planted import planted_entry
+
+FAST = settings(max_examples=3, derandomize=True, database=None, deadline=None)
+CPU = backends()["cpu"]
+ALERT = ("put_ does not have a deterministic implementation, but you set "
+         "'torch.use_deterministic_algorithms(True)'.")
+needs_inductor = pytest.mark.skipif(compile_unavailable("inductor", "cpu") is not None,
+                                    reason=f"Inductor unavailable: {compile_unavailable('inductor', 'cpu')}")
+
+
+def run(op, promise, mode, compile, **kw):
+    entry = planted_entry(op, promise, backward=kw.get("backward", False))
+    return judge(Case(entry, "cpu", mode, None, "program", compile), CPU, hypothesis_settings=kw.get("settings", FAST))
+
+
+# -- plan ------------------------------------------------------------------------------------
+def test_compiled_cases_carry_their_setting_in_id_and_eager_ids_do_not_change():
+    catalog = [e for e in load_catalog(["torch-docs"]) if e.id == "put_(accumulate=False)"]
+    cases = plan(catalog, ["cpu"], ["error"], ["eager", "inductor", "aot_eager"])
+    assert [c.id for c in cases] == ["put_(accumulate=False)-cpu-error", "put_(accumulate=False)-cpu-error-aot_eager",
+                                     "put_(accumulate=False)-cpu-error-inductor"]
+    assert Case.from_json(json.loads(json.dumps(cases[2].to_json()))) == cases[2]
+
+
+def test_backward_only_phase_is_eager_only():
+    catalog = [e for e in load_catalog(["torch-docs"]) if e.backward][:3]
+    cases = plan(catalog, ["cpu"], ["error"], ["eager", "inductor"])
+    assert {c.phase for c in cases if c.compile == "eager"} == {"program", "backward-only"}
+    assert {c.phase for c in cases if c.compile == "inductor"} == {"program"}
+
+
+def test_checks_run_compiled_only_where_they_compile_what_they_observe():
+    import conformance.registry  # noqa: F401
+    from engine.checks import compiles
+
+    catalog = load_catalog(["flag-api", "repro-notes"])
+    cases = plan(catalog, ["cpu"], ["error"], ["eager", "inductor"],
+                 compiles=lambda e: compiles(e.source, e.id))
+    compiled = {c.entry.id for c in cases if c.compile == "inductor"}
+    assert compiled and all(i.startswith("fill_uninitialized_memory") for i in compiled)
+    assert "fill_uninitialized_memory:default" not in compiled  # a fresh process shows the default: eager only
+    assert len({c.entry.id for c in cases if c.compile == "eager"}) == len(catalog)
+
+
+def test_unknown_compile_setting_is_refused():
+    with pytest.raises(ValueError, match="unknown compile setting 'jit'"):
+        plan(load_catalog(["flag-api"]), ["cpu"], ["error"], ["jit"])
+    with pytest.raises(ValueError):
+        Case(planted_entry("planted.deterministic", "deterministic"), "cpu", "error", compile="jit")
+    assert COMPILERS == ("eager", "aot_eager", "inductor")
+
+
+# -- planted faults under compile -------------------------------------------------------------
+@pytest.mark.parametrize("mode,verdict", [("error", "stale-doc"), ("warn_only", "missing-warning")])
+def test_an_alert_swallowed_by_the_compiled_path_is_caught(mode, verdict):
+    eager = run("planted.alert_swallowed_when_compiled", "raises", mode, "eager")
+    assert eager["verdict"] == "conforms"
+    row = run("planted.alert_swallowed_when_compiled", "raises", mode, "aot_eager")
+    assert row["verdict"] == verdict, row["detail"]
+    assert row["compile"] == "aot_eager" and row["reach"] == 1.0
+    assert row["detail"]["compiled"]["reach_via"] == "decomposed"  # whole program compiled, no break
+    assert "under torch.compile(backend='aot_eager')" in failure_message(row)
+
+
+def test_a_compiled_op_that_returns_different_bytes_per_call_is_nondeterministic():
+    assert run("planted.drifts_when_compiled", "deterministic", "error", "eager")["verdict"] == "conforms"
+    row = run("planted.drifts_when_compiled", "deterministic", "error", "aot_eager")
+    assert row["verdict"] == "nondeterministic"
+    assert "bytes differ" in row["detail"]["mismatch"]
+    assert row["detail"]["compiled"]["graphs_run"] == [1, 1]  # the same compiled function, called twice
+
+
+def test_a_compiled_backward_that_drifts_is_caught():
+    row = run("planted.grad_changes_every_call", "deterministic", "error", "aot_eager", backward=True)
+    assert row["verdict"] == "nondeterministic"
+    assert "grad[x]" in row["detail"]["mismatch"]
+
+
+def test_an_op_left_to_eager_by_a_graph_break_is_unsupported_not_judged_as_compiled():
+    row = run("planted.op_left_to_eager", "deterministic", "error", "aot_eager")
+    assert row["verdict"] == "unsupported"
+    assert row["detail"]["unsupported"].startswith("not compiled: a graph break")
+    assert row["graph_breaks"] >= 1 and row["graph_break_reasons"]
+
+
+def test_a_deterministic_compiled_op_conforms_and_records_its_graphs():
+    row = run("planted.reaches_its_kernel", "deterministic", "error", "aot_eager")
+    assert row["verdict"] == "conforms" and row["reach"] == 1.0
+    assert row["detail"]["compiled"]["reach_via"] == "graph"
+    assert any(op.startswith("aten.index_add") for op in row["dispatched"])
+    assert row["compile_s"] >= 0 and row["graph_breaks"] == 0
+
+
+def test_a_kernel_routed_around_under_compile_is_not_reached():
+    row = run("planted.routes_around_its_kernel", "deterministic", "error", "aot_eager")
+    # Eager does not reach the kernel either: no example is evidence, and nothing is excused as "not compiled".
+    assert row["verdict"] == "not-reached"
+    assert row["reach"] == 0.0
+
+
+def test_eager_rows_say_eager_and_carry_no_compile_time():
+    row = run("planted.deterministic", "deterministic", "error", "eager")
+    assert row["compile"] == "eager" and row["compile_s"] is None and row["graph_breaks"] is None
+
+
+# -- recognising the alert and compiler failures ----------------------------------------------
+def _wrapped(inner: BaseException, outer: BaseException) -> BaseException:
+    try:
+        try:
+            raise inner
+        except BaseException as e:
+            raise outer from e
+    except BaseException as e:  # noqa: BLE001
+        return e
+
+
+def test_the_alert_is_recognised_inside_the_compilers_exception_types():
+    from torch._dynamo.exc import TorchRuntimeError
+
+    record = RunRecord()
+    _classify(_wrapped(RuntimeError(ALERT), TorchRuntimeError("Dynamo failed to run FX node")), record, "forward")
+    assert record.alert_error.startswith("put_ does not have a deterministic implementation")
+    assert record.alert_wrapped == "TorchRuntimeError"
+
+
+def test_a_compiler_failure_is_unsupported_and_a_plain_error_is_not():
+    from torch._dynamo.exc import TorchRuntimeError
+
+    record = RunRecord()
+    _classify(_wrapped(ValueError("bad shape"), TorchRuntimeError("lowering failed")), record, "forward")
+    assert record.unsupported.startswith("compile failed: TorchRuntimeError")
+    assert is_compile_failure(_wrapped(ValueError("x"), TorchRuntimeError("y")))
+    plain = RunRecord()
+    _classify(ValueError("bad shape"), plain, "forward")
+    assert plain.other_error == "ValueError: bad shape" and plain.unsupported is None
+
+
+def test_an_alert_only_on_stderr_is_a_missing_warning_and_never_silence():
+    obs = Observation(runs=2, identical=True, stderr_alerts=["Warning: put_ does not have a deterministic "
+                                                             "implementation"], stderr_alert_runs=2)
+    assert verdict_for("warns", obs) == "missing-warning"
+    assert verdict_for("deterministic-or-warns", obs) == "missing-warning"
+    assert verdict_for("deterministic", obs) == "spurious-warning"
+    assert verdict_for("deterministic", Observation(runs=2, identical=True)) == "conforms"
+
+
+def test_compiled_reach_needs_the_program_compiled():
+    ran = CompileSnapshot(graphs_run=1)
+    ran.ops.update({"aten.index_add.default": 1})
+    assert compiled_reach(("aten.index_add",), [ran, ran], True) == (True, "graph")
+    lowered = CompileSnapshot(graphs_run=1)
+    assert compiled_reach(("aten.put",), [lowered, lowered], True) == (True, "decomposed")
+    assert compiled_reach(("aten.put",), [lowered, lowered], False) == (False, None)
+    broke = CompileSnapshot(graphs_run=1, graph_breaks=1)
+    assert compiled_reach(("aten.put",), [broke, broke], True) == (False, None)
+    eager = CompileSnapshot(graphs_run=0)
+    assert compiled_reach(("aten.index_add",), [eager, ran], True) == (False, None)
+    assert compiled_reach(None, [ran], True) == (None, None)
+
+
+def test_a_compiler_belongs_to_one_case_and_resets_dynamo():
+    compiler = Compiler("aot_eager")
+    fn = compiler.compile(lambda x: x * 3)
+    with compiler.case():
+        with compiler.run() as snap:
+            fn(torch.ones(2))
+        assert snap.graphs_run == 1 and "aten.mul.Tensor" in snap.ops
+        with compiler.run() as again:
+            fn(torch.ones(2))
+        assert again.graphs_run == 1 and again.compile_s == 0.0  # reused, not compiled again
+    with pytest.raises(ValueError):
+        Compiler("eager")
+
+
+# -- Inductor ----------------------------------------------------------------------------------
+@needs_inductor
+def test_inductor_runs_the_planted_swallowed_alert_and_a_real_alerting_op():
+    row = run("planted.alert_swallowed_when_compiled", "raises", "error", "inductor")
+    assert row["verdict"] == "stale-doc"
+    assert row["compile_s"] > 0
+
+
+def test_inductor_without_a_cxx_compiler_is_unsupported(monkeypatch):
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    assert "C++ compiler" in compile_unavailable("inductor", "cpu")
+    row = run("planted.deterministic", "deterministic", "error", "inductor")
+    assert row["verdict"] == "unsupported" and "C++ compiler" in row["detail"]["unsupported"]
+    assert compile_unavailable("aot_eager", "cpu") is None
+
+
+def _catalog_case(entry_id, mode, compile):
+    entry = next(e for e in load_catalog(["torch-docs"]) if e.id == entry_id)
+    return Case(entry, "cpu", mode, None, "program", compile)
+
+
+def test_an_alert_raised_while_dynamo_traces_counts_as_the_documented_raise():
+    """MaxUnpool1d's fake-tensor run raises the alert while Dynamo traces, before any graph
+    exists; the user gets the RuntimeError (wrapped), which is what the docs promise."""
+    row = judge(_catalog_case("MaxUnpool1d", "error", "aot_eager"), CPU, hypothesis_settings=FAST)
+    assert row["verdict"] == "conforms", row["detail"]
+    assert row["reach"] == 1.0 and row["detail"]["compiled"]["reach_via"] == "alert"
+    assert row["detail"]["raised"].startswith("max_unpooling")  # the op's own sentence, not Dynamo's wrapper
+    assert row["detail"]["alert_wrapped"]
+
+
+def test_compiled_against_eager_is_adjudicated_by_a_float64_reference():
+    """Compiled != eager is no wrong result when eager's own low-precision arithmetic strays:
+    a float64 eager reference decides (a compiled result that misses it too is wrong)."""
+    row = run("planted.eager_low_precision_strays", "deterministic", "error", "aot_eager")
+    assert row["verdict"] == "conforms", row["detail"]
+    assert "agrees with a float64 eager reference" in row["detail"]["compiled"]["eager_differs"]
+    wrong = run("planted.wrong_when_compiled", "deterministic", "error", "aot_eager")
+    assert wrong["verdict"] == "wrong-result"
+    assert "float64 eager reference" in wrong["detail"]["wrong_result"]
