@@ -266,3 +266,13 @@ def test_an_unknown_compile_setting_is_a_one_line_usage_error(tmp_path):
     out = pytest_run("--compile", "jit", "--results", str(tmp_path / "r.jsonl"), "--collect-only")
     assert out.returncode == 4
     assert "argument --compile: invalid choice: 'jit'" in out.stderr
+
+
+def test_the_rerun_command_of_a_compiled_case_keeps_the_compile_setting(tmp_path):
+    from tests.test_plugin import pytest_run
+
+    out = pytest_run("--source", "torch-docs", "-k", "put_", "--device", "cpu", "--mode", "error",
+                     "--compile", "inductor", "--hypothesis-profile", "ci", "--results", str(tmp_path / "r.jsonl"),
+                     "--no-report-build", timeout=600)
+    rerun = next(line for line in out.stdout.splitlines() if line.strip().startswith("rerun:"))
+    assert "-cpu-error-inductor]" in rerun and "--compile inductor" in rerun, rerun
