@@ -11,16 +11,43 @@ from typing import Iterable
 
 from detconf.vocabulary import CHECK_SOURCES, DEFAULT_SOURCES, OP_SOURCES, OPT_IN_SOURCES, SOURCE_NAMES
 from engine import docspec
-from engine.entry import Entry, check_unique, load_entries_file
+from engine.entry import CatalogError, Entry, check_unique, entries_from_json
 
-__all__ = ["CHECK_SOURCES", "DATA", "DEFAULT_SOURCES", "OPT_IN_SOURCES", "OP_SOURCES", "SOURCES", "TORCH_DOCS",
-           "UnknownSource", "doc_versions", "load_catalog", "load_entries", "snapshot_entries", "snapshot_of_release",
-           "snapshot_text"]
+__all__ = ["CHECK_SOURCES", "DATA", "DATA_FILES", "DEFAULT_SOURCES", "OPT_IN_SOURCES", "OP_SOURCES", "SOURCES",
+           "TORCH_DOCS", "UnknownSource", "data_file", "doc_versions", "load_catalog", "load_entries",
+           "read_entries_file", "snapshot_entries", "snapshot_of_release", "snapshot_text"]
 
 DATA = Path(__file__).resolve().parent / "data"
 #: The project's copy of every release's ``use_deterministic_algorithms`` docstring (1.8.0 ...).
 TORCH_DOCS = DATA / "torch-docs"
 SOURCES = SOURCE_NAMES
+#: The catalog file of each source that has one (under :data:`DATA`), validated against
+#: ``data/schemas/catalog-entries.schema.json`` when read.
+DATA_FILES = {"ascend": "ascend.json", "flag-api": "flag_api.json", "repro-notes": "repro_notes.json"}
+#: The promise every entry of a source must make, where the source fixes it.
+_SOURCE_PROMISE = {source: "behaves" for source in CHECK_SOURCES}
+
+
+def data_file(source: str) -> Path:
+    """The catalog file of ``source`` (read at call time, so a test can point :data:`DATA` elsewhere)."""
+    return DATA / DATA_FILES[source]
+
+
+def read_entries_file(path: str | Path, *, source: str) -> list[Entry]:
+    """The entries of one catalog file, in file order, once the file validates against its schema.
+
+    Raises :class:`engine.entry.CatalogError` (one line naming the file, the entry and the
+    field) for malformed JSON, a schema violation, an entry of another source or promise, or
+    a duplicate id. Torch-free: the plugin checks the data files before importing torch.
+    """
+    from conformance.datafiles import read_json
+
+    entries = entries_from_json(read_json(path, "catalog-entries", item="catalog entry"), path=path, source=source)
+    promise = _SOURCE_PROMISE.get(source)
+    for entry in entries:
+        if promise is not None and entry.promise != promise:
+            raise CatalogError(f"{path}: entry {entry.id!r} has promise {entry.promise!r}, expected {promise!r}")
+    return entries
 
 
 class UnknownSource(ValueError):
@@ -32,7 +59,7 @@ def load_entries(source: str, *, doc_version: str | None = None) -> list[Entry]:
     if source == "torch-docs":
         entries = snapshot_entries(doc_version) if doc_version else docspec.installed_entries()
     elif source == "ascend":
-        entries = load_entries_file(DATA / "ascend.json", source="ascend")
+        entries = read_entries_file(data_file("ascend"), source="ascend")
     elif source == "sweep":
         from conformance.sweep import sweep_entries
 

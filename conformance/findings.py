@@ -6,10 +6,12 @@ findings are recorded, and turns red on anything new. A finding that no
 longer reproduces is reported with a warning, so the list does not rot.
 
 File: ``conformance/data/known-findings.json`` — a list of objects with
-``source``, ``entry_id``, ``verdict``, ``torch`` (a PEP 440 version specifier
-such as ``">=2.13"`` or ``">=2.5,<2.14"``, evaluated with :mod:`packaging`
-against the installed torch's release; local labels such as ``+cpu`` and
-pre-releases count as their release), ``why``, and optionally ``devices`` / ``modes``.
+``source``, ``entry_id``, ``verdict`` (a failing one), ``torch`` (a PEP 440 version
+specifier such as ``">=2.13"``, ``"==2.13.*"`` or ``">=2.5,<2.14"``, evaluated with
+:mod:`packaging` against the installed torch's release; local labels such as ``+cpu`` and
+pre-releases count as their release; a bare version such as ``"2.13"`` is an error),
+``why``, and optionally ``devices`` / ``modes``. The file is validated against
+``data/schemas/known-findings.schema.json`` (unknown keys are errors).
 """
 from __future__ import annotations
 
@@ -18,11 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
-
-from detconf.vocabulary import VERDICTS
-from engine.entry import CatalogError
 
 FINDINGS_FILE = Path(__file__).resolve().parent / "data" / "known-findings.json"
 REQUIRED = ("source", "entry_id", "verdict", "torch", "why")
@@ -57,31 +56,25 @@ def torch_in(version: str, specifier: SpecifierSet) -> bool:
     return specifier.contains(Version(release.base_version), prereleases=True)
 
 
-def load_findings(path: Path = FINDINGS_FILE) -> list[Finding]:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError:
+def load_findings(path: str | Path | None = None) -> list[Finding]:
+    """The findings of ``path`` (default :data:`FINDINGS_FILE`; a missing file means none).
+
+    Malformed JSON or a schema violation (wrong type, unknown verdict, a ``torch`` that is
+    not a version specifier, an unknown key) raises :class:`engine.entry.CatalogError` with
+    one line naming the file, the finding and the field.
+    """
+    from conformance.datafiles import read_json
+
+    path = Path(path) if path is not None else FINDINGS_FILE
+    if not path.exists():
         return []
-    except json.JSONDecodeError as exc:
-        raise CatalogError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg}") from None
-    findings = []
-    for index, item in enumerate(raw if isinstance(raw, list) else [None]):
-        if not isinstance(item, dict) or any(key not in item for key in REQUIRED):
-            raise CatalogError(f"{path}: finding #{index} needs the fields {', '.join(REQUIRED)}")
-        if item["verdict"] not in VERDICTS:
-            raise CatalogError(f"{path}: finding #{index}: unknown verdict {item['verdict']!r}")
-        try:
-            if not isinstance(item["torch"], str) or not item["torch"].strip():
-                raise InvalidSpecifier(repr(item["torch"]))
-            torch_range = SpecifierSet(item["torch"])
-        except InvalidSpecifier:
-            raise CatalogError(f"{path}: finding #{index}: 'torch' must be a version specifier such as "
-                               f"'>=2.13', got {item['torch']!r}") from None
-        findings.append(Finding(
-            source=item["source"], entry_id=item["entry_id"], verdict=item["verdict"], torch=torch_range,
-            why=item["why"], devices=tuple(item.get("devices", ())), modes=tuple(item.get("modes", ())),
-        ))
-    return findings
+    raw = read_json(path, "known-findings", item="known finding")
+    return [
+        Finding(source=item["source"], entry_id=item["entry_id"], verdict=item["verdict"],
+                torch=SpecifierSet(item["torch"]), why=item["why"], devices=tuple(item.get("devices", ())),
+                modes=tuple(item.get("modes", ())))
+        for item in raw
+    ]
 
 
 def known_finding(row: dict[str, Any], findings: list[Finding]) -> Finding | None:

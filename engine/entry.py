@@ -197,7 +197,9 @@ def load_entries_file(path, *, source: str) -> list[Entry]:
     """Entries from a JSON file holding a list of ``Entry.to_json()`` objects.
 
     Malformed JSON, a missing field or a wrong source raises
-    :class:`CatalogError` with a one-line message naming the file.
+    :class:`CatalogError` with a one-line message naming the file. (The project's own
+    catalog files are read through ``conformance.datafiles``, which also checks each field
+    against a JSON Schema.)
     """
     import pathlib
 
@@ -208,6 +210,12 @@ def load_entries_file(path, *, source: str) -> list[Entry]:
         raise CatalogError(f"{path}: cannot read catalog: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise CatalogError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg}") from None
+    return entries_from_json(raw, path=path, source=source)
+
+
+def entries_from_json(raw: Any, *, path, source: str) -> list[Entry]:
+    """Entries from the parsed content of a catalog file (a list of ``Entry.to_json()`` objects);
+    ``path`` names the file in messages. Every entry must be of ``source``; ids are unique."""
     if not isinstance(raw, list):
         raise CatalogError(f"{path}: expected a JSON list of entries, got {type(raw).__name__}")
     entries = []

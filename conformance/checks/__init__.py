@@ -17,29 +17,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.entry import CatalogError, Entry, load_entries_file
+from conformance.catalog import DATA, data_file, read_entries_file
+from engine.entry import Entry
 
 from . import cuda_env, dataloader, flag_api, inductor, seeds, uninitialized_memory  # noqa: F401  (register checks)
 from ._support import FLAG_API, REPRO_NOTES
 
 CHECK_SOURCES = (FLAG_API, REPRO_NOTES)
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-CATALOG_FILES = {FLAG_API: DATA_DIR / "flag_api.json", REPRO_NOTES: DATA_DIR / "repro_notes.json"}
+DATA_DIR = DATA
+#: The shipped catalog files of the check sources.
+CATALOG_FILES = {source: data_file(source) for source in CHECK_SOURCES}
 
 
 def load_check_entries(source: str, path: str | Path | None = None) -> list[Entry]:
     """The catalog entries of ``source`` (one of :data:`CHECK_SOURCES`), in file order.
 
-    ``path`` overrides the catalog file (for tests). Malformed JSON, a malformed
-    entry, an entry of another source or promise, or a duplicate id raises
-    :class:`CatalogError` with a one-line message naming the file.
+    ``path`` overrides the catalog file (for tests; default
+    :func:`conformance.catalog.data_file`). Malformed JSON, a schema violation, an entry of
+    another source or promise, or a duplicate id raises :class:`engine.entry.CatalogError`
+    with a one-line message naming the file, the entry and the field.
     """
     if source not in CHECK_SOURCES:
         raise ValueError(f"unknown check source {source!r}; expected one of {CHECK_SOURCES}")
-    file = Path(path) if path is not None else CATALOG_FILES[source]
-    entries = load_entries_file(file, source=source)
-    for entry in entries:
-        if entry.promise != "behaves":
-            raise CatalogError(f"{file}: entry {entry.id!r} has promise {entry.promise!r}, expected 'behaves'")
-    return entries
+    return read_entries_file(Path(path) if path is not None else data_file(source), source=source)
