@@ -5,29 +5,49 @@ Rows travel on ``report.user_properties`` (so they survive xdist: workers
 send reports to the controller) and the controller appends each one to the
 results file the moment its report arrives, so a crash loses at most the test
 in flight. Nothing is kept in module globals across processes.
+
+Bad input never gets as far as a test: every option and data file is checked
+when pytest has parsed the command line (before torch is imported, before
+Hypothesis loads a profile), and the results file is opened, locked
+(``fcntl.flock``: one run per file) and given its run record while the plugin
+configures, before collection. Each problem is one ``ERROR:`` line (pytest's
+usage error, exit status 4). A run appends to the results file (``--fresh-results``
+empties it first) and ends with an end record saying how many of the planned
+cases got a row.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import json
 import os
 import platform
+import re
 import secrets
+import shlex
+import stat
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
 
-from conformance import profiles
 from detconf.vocabulary import DEFAULT_MODES, SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_RESULTS = ROOT / "reports" / "out" / "results.jsonl"
 ROW_KEY = "detconf_row"
 CONFORMANCE_TEST = "test_documented"
+#: The most runs per example ``--runs`` accepts. (Spelled as a power on purpose: Hypothesis
+#: also draws the integer literals of 100 or more that it finds in the project's modules, so a
+#: new such literal in a module loaded during a run changes the examples every case draws.)
+MAX_RUNS = 10**3
+#: The matrix built at the end of a run goes to ``<results file without suffix>-report/``.
+REPORT_SUFFIX = "-report"
 
-profiles.load(os.environ.get("DETCONF_HYPOTHESIS_PROFILE", "dev"))
+# Hypothesis (and torch) are imported only once the options have been checked, so that a
+# usage error comes in well under a second.
 
 
 # ----------------------------------------------------------------------------- options
@@ -38,8 +58,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--device", action="append", default=None, metavar="NAME",
                     help="device type to test (repeatable): cpu, cuda, mps, npu or a PrivateUse1 name; "
                          "default: every available one")
-    group.addoption("--mode", action="append", default=None, choices=MODES, metavar="MODE",
-                    help="error | warn_only | off (repeatable; default: error and warn_only)")
+    group.addoption("--mode", action="append", default=None, metavar="MODE",
+                    help=f"{' | '.join(MODES)} (repeatable; default: error and warn_only)")
     group.addoption("--source", action="append", default=None, metavar="NAME",
                     help="catalog source (repeatable): torch-docs, ascend, flag-api, repro-notes, sweep; "
                          "default: all but sweep")
@@ -48,12 +68,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--no-complements", action="store_true",
                     help="leave out the condition complements of torch-docs entries (list 'complement')")
     group.addoption("--results", default=str(DEFAULT_RESULTS), metavar="PATH",
-                    help="JSON-lines results file (default: reports/out/results.jsonl)")
-    group.addoption("--runs", type=int, default=2, metavar="N", help="runs per example (>= 2; default 2)")
+                    help="JSON-lines results file (default: reports/out/results.jsonl); a run appends to it")
+    group.addoption("--fresh-results", action="store_true",
+                    help="empty the results file before this run instead of appending to it")
+    group.addoption("--runs", default="2", metavar="N", help=f"runs per example (2 to {MAX_RUNS}; default 2)")
     group.addoption("--isolate", action="store_true",
                     help="judge every case in a fresh process (always on for backends that need it, e.g. npu)")
     group.addoption("--no-report-build", action="store_true",
-                    help="do not build the matrix under the results file's folder at the end")
+                    help="do not build the matrix (in <results file without suffix>-report/) at the end")
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -83,43 +105,280 @@ def _plan(config: pytest.Config):
     return cases
 
 
+# ----------------------------------------------------------------------------- checking the input
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _runs(value: object) -> int:
+    """``--runs`` as a number of runs, or a usage error."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise pytest.UsageError(f"--runs must be a whole number from 2 to {MAX_RUNS}, got {str(value)[:40]!r}")
+    digits = text.lstrip("+-").lstrip("0") or "0"
+    shown = text if len(text) <= 40 else text[:39] + "…"
+    if text.startswith("-") or (len(digits) == 1 and int(digits) < 2):
+        raise pytest.UsageError(f"--runs must be at least 2 (got {shown}): the suite compares runs")
+    if len(digits) > len(str(MAX_RUNS)) or int(digits) > MAX_RUNS:
+        raise pytest.UsageError(f"--runs must be at most {MAX_RUNS} (got {shown}): each example runs that often")
+    return int(digits)
+
+
+def _known_profiles() -> list[str]:
+    from hypothesis import settings
+
+    from conformance import profiles
+
+    registered = getattr(settings, "_profiles", None)
+    return sorted(registered) if isinstance(registered, dict) else sorted({*profiles.PROFILES, "default"})
+
+
+def _choose_profile(config: pytest.Config) -> None:
+    """Check --hypothesis-profile (Hypothesis' plugin loads it next) or, without it, load the
+    profile DETCONF_HYPOTHESIS_PROFILE names (default ``dev``); a usage error for an unknown one."""
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    from conformance import profiles  # noqa: F401  (registers dev, ci and thorough)
+
+    name = getattr(config.option, "hypothesis_profile", None)
+    if name is None:
+        name = os.environ.get("DETCONF_HYPOTHESIS_PROFILE", "dev")
+        try:
+            settings.load_profile(name)
+        except InvalidArgument:
+            raise pytest.UsageError(f"DETCONF_HYPOTHESIS_PROFILE={name!r} is not a hypothesis profile; "
+                                    f"known: {', '.join(_known_profiles())}") from None
+        return
+    if not name.strip():
+        raise pytest.UsageError(f"--hypothesis-profile needs a profile name; known: {', '.join(_known_profiles())}")
+    try:
+        getattr(settings, "get_profile", lambda n: settings._profiles[n])(name)
+    except (InvalidArgument, KeyError):
+        raise pytest.UsageError(f"unknown hypothesis profile {name!r}; known: {', '.join(_known_profiles())}") from None
+
+
+def _writes_results(config: pytest.Config) -> bool:
+    """Does this session run conformance cases, so that it writes the results file? Not in a
+    worker (the controller writes), not for --collect-only, --help and the like, and not for a
+    run of the harness's own tests (``pytest tests``), which never touches the results file."""
+    if _is_worker(config):
+        return False
+    option = config.option
+    if getattr(option, "version", 0) or any(getattr(option, name, False) for name in (
+            "help", "collectonly", "setuponly", "setupplan", "showfixtures", "show_fixtures_per_test", "markers")):
+        return False
+    suite = ROOT / "conformance"
+    for arg in config.args:
+        path = Path(str(arg).split("::", 1)[0])
+        if not path.is_absolute():
+            path = Path(config.invocation_params.dir) / path
+        path = Path(os.path.abspath(path))
+        if path == suite or suite in path.parents or path in suite.parents:
+            return True
+    return False
+
+
+def _in_use(shown: str) -> str:
+    return (f"results file {shown} is in use by another run (it holds the file's lock); "
+            "wait for it to finish or give another --results")
+
+
+def _locked(path: Path) -> bool:
+    """Does another run hold the results file's lock? (A probe: the lock is taken for the run
+    when the plugin configures.)"""
+    with open(path, "rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
+
+
+def _existing_results_problem(path: Path, shown: str, *, fresh: bool) -> str | None:
+    """Why a run must not append to (or, with --fresh-results, empty) the existing file ``path``."""
+    with open(path, "rb") as f:
+        first = f.readline(1 << 20)
+        if not first:
+            return None
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+    try:
+        record = json.loads(first)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or record.get("record") != "run":
+        return (f"{shown} is not a detconf results file (its first line is not a run record); "
+                "nothing was written to it: give another --results")
+    if fresh:
+        return None
+    if record.get("schema") != SCHEMA_VERSION:
+        return (f"{shown} holds schema {record.get('schema')!r} results and this suite writes schema {SCHEMA_VERSION} "
+                "(one file, one schema): give another --results, or --fresh-results to empty it")
+    if last != b"\n":
+        return (f"{shown} ends in an incomplete line (a run stopped while writing it?): repair it, give another "
+                "--results, or --fresh-results to empty it")
+    return None
+
+
+def _results_problem(text: str, *, fresh: bool) -> str | None:
+    """What is wrong with ``--results text``, found without creating or changing anything."""
+    if not text.strip():
+        return "--results needs a file path, got ''"
+    if text.endswith(("/", os.sep)) or Path(text).name in ("", ".", ".."):
+        return f"--results {text} names a folder; give a file path such as {text.rstrip('/' + os.sep) or '.'}/results.jsonl"
+    path = Path(text)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        info = None
+    except NotADirectoryError:
+        info = None  # a parent is a file: named below
+    except OSError as exc:
+        return f"cannot use results file {text}: {exc.strerror or exc}"
+    if info is not None:
+        if stat.S_ISDIR(info.st_mode):
+            return f"--results {text} is a folder; give a file path such as {text.rstrip('/' + os.sep)}/results.jsonl"
+        if not stat.S_ISREG(info.st_mode):
+            return f"--results {text} is not a regular file (a device, pipe or socket); give a file path"
+        if not os.access(path, os.W_OK):
+            return f"results file {text} is not writable"
+        try:
+            if _locked(path):
+                return _in_use(text)
+            return _existing_results_problem(path, text, fresh=fresh)
+        except OSError as exc:
+            return f"cannot read results file {text}: {exc.strerror or exc}"
+    parent = path.absolute().parent
+    while True:
+        try:
+            info = os.stat(parent)
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            parent = parent.parent
+        except OSError as exc:
+            return f"cannot create results file {text}: {parent}: {exc.strerror or exc}"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"cannot create results file {text}: {parent} is a file, not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot create results file {text}: {parent} is not writable"
+    return None
+
+
+def _check_options(config: pytest.Config) -> None:
+    """Every option and data file, checked before anything runs; a problem is a one-line usage
+    error. Normalises ``--runs`` to an int. Cheap and torch-free (devices are checked in
+    pytest_configure, which needs torch)."""
+    if getattr(config, "_detconf_checked", False):
+        return
+    from conformance.catalog import DATA_FILES, SOURCES, data_file, doc_versions, read_entries_file
+    from conformance.findings import load_findings
+    from detconf.vocabulary import DEFAULT_SOURCES, MODES
+    from engine.entry import CatalogError
+
+    option = config.option
+    option.runs = _runs(option.runs)
+    for mode in option.mode or []:
+        if mode not in MODES:
+            raise pytest.UsageError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
+    for source in option.source or []:
+        if source not in SOURCES:
+            raise pytest.UsageError(f"unknown source {source!r}; known: {', '.join(SOURCES)}")
+    for device in option.device or []:
+        if not device.strip() or device != device.strip():
+            raise pytest.UsageError(f"--device needs a device name such as cpu or cuda, got {device!r}")
+    doc_version = option.doc_version
+    if doc_version is not None:
+        known = doc_versions()
+        if not doc_version.strip():
+            raise pytest.UsageError(f"--doc-version needs a release, got ''; known versions: {', '.join(known)}")
+        if doc_version not in known:
+            raise pytest.UsageError(f"unknown doc version {doc_version!r}; known versions: {', '.join(known)}")
+    try:
+        for source in option.source or DEFAULT_SOURCES:
+            if source in DATA_FILES:
+                read_entries_file(data_file(source), source=source)
+        config._detconf_findings = load_findings()
+    except CatalogError as exc:
+        raise pytest.UsageError(_one_line(exc)) from None
+    if _writes_results(config):
+        problem = _results_problem(str(option.results), fresh=option.fresh_results)
+        if problem:
+            raise pytest.UsageError(problem)
+    _choose_profile(config)
+    config._detconf_checked = True
+
+
+def _unavailable_reason(name: str, info: dict) -> str:
+    import importlib.util
+
+    import torch
+
+    if info.get("error"):
+        return info["error"]
+    if name == "cuda":
+        if not torch.version.cuda and not getattr(torch.version, "hip", None):
+            return f"this torch ({torch.__version__}) is built without CUDA"
+        return "torch.cuda.is_available() is False (no GPU visible, or no driver)"
+    if name == "mps":
+        return "torch.backends.mps.is_available() is False (needs Apple silicon with macOS 12.3 or later)"
+    if name == "npu":
+        if importlib.util.find_spec("torch_npu") is None:
+            return "torch_npu is not installed"
+        return "torch.npu.is_available() is False"
+    return f"torch.{name}.is_available() is False"
+
+
+@pytest.hookimpl(tryfirst=True)  # before Hypothesis' plugin loads --hypothesis-profile
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    if getattr(config.option, "help", False) or getattr(config.option, "version", 0):
+        return
+    _check_options(config)
+
+
 @pytest.hookimpl(trylast=True)  # after Hypothesis' plugin has loaded --hypothesis-profile
 def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config.option, "help", False):
+        return
+    _check_options(config)  # already done unless this conftest was not an initial one
+    from hypothesis import settings
+
+    from conformance import profiles
+
     profiles.load(settings._current_profile)
     # The reproducibility notes' setting for deterministic cuBLAS; it must be in
     # place before CUDA initialises. A value the user set is kept (and recorded).
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     config.addinivalue_line("markers", "conformance: a generated conformance test")
-    from conformance.catalog import SOURCES, UnknownSource
+    from conformance.catalog import UnknownSource
     from engine.devices import UnknownDevice, resolve_devices
     from engine.entry import CatalogError
 
-    runs = config.getoption("--runs")
-    if runs < 2:
-        raise pytest.UsageError(f"--runs must be at least 2 (got {runs}): the suite compares runs")
-    for source in config.getoption("--source") or []:
-        if source not in SOURCES:
-            raise pytest.UsageError(f"unknown source {source!r}; known: {', '.join(SOURCES)}")
+    requested = config.getoption("--device")
     try:
-        config._detconf_backends = resolve_devices(config.getoption("--device"))
+        config._detconf_backends = resolve_devices(requested)
     except UnknownDevice as exc:
         raise pytest.UsageError(str(exc)) from None
+    if requested:  # asked for by name: it must be here (the default is every available device)
+        for backend in config._detconf_backends:
+            info = backend.describe()
+            if not info["available"]:
+                raise pytest.UsageError(_one_line(
+                    f"device {backend.name} is not available here: {_unavailable_reason(backend.name, info)}; "
+                    "leave out --device to test every available device"))
     try:
         _plan(config)
     except (UnknownSource, CatalogError) as exc:
-        raise pytest.UsageError(str(exc)) from None
+        raise pytest.UsageError(_one_line(exc)) from None
     except ValueError as exc:  # unknown doc version and other catalog input errors
         raise pytest.UsageError(str(exc).splitlines()[0]) from None
-    from conformance.findings import load_findings
-
-    try:
-        config._detconf_findings = load_findings()
-    except CatalogError as exc:
-        raise pytest.UsageError(str(exc)) from None
     if _is_worker(config):
         _share_cpu_between_workers(config)
-    if not _is_worker(config):
-        config.pluginmanager.register(ResultsWriter(Path(config.getoption("--results")), config), "detconf-results")
+    elif _writes_results(config):
+        writer = ResultsWriter(Path(config.getoption("--results")), config)
+        writer.open(planned=len(config._detconf_plan))  # a usage error when the file cannot be written
+        config.pluginmanager.register(writer, "detconf-results")
 
 
 def _share_cpu_between_workers(config: pytest.Config) -> None:
@@ -138,6 +397,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def detconf_settings(request: pytest.FixtureRequest) -> dict:
+    from hypothesis import settings
+
     config = request.config
     from detconf.vocabulary import DEFAULT_SOURCES
 
@@ -149,7 +410,36 @@ def detconf_settings(request: pytest.FixtureRequest) -> dict:
         "doc_version": config.getoption("--doc-version"),
         "profile": settings._current_profile,
         "findings": config._detconf_findings,
+        "rerun": lambda node: rerun_command(config, node),
     }
+
+
+def rerun_command(config: pytest.Config, node: pytest.Item) -> str:
+    """A command that runs ``node`` again from any folder: the test file's absolute path, the
+    suite's root (so this plugin loads) and every option that shaped the plan or the run."""
+    from hypothesis import settings
+
+    from detconf.vocabulary import DEFAULT_SOURCES
+
+    option = config.option
+    args = [sys.executable, "-m", "pytest", f"{node.path}::{node.name}", "--rootdir", str(ROOT)]
+    for source in option.source or DEFAULT_SOURCES:
+        args += ["--source", source]
+    if option.doc_version:
+        args += ["--doc-version", option.doc_version]
+    if option.no_complements:
+        args.append("--no-complements")
+    for backend in config._detconf_backends:
+        args += ["--device", backend.name]
+    for mode in dict.fromkeys(option.mode or DEFAULT_MODES):
+        args += ["--mode", mode]
+    args += ["--runs", str(option.runs), "--hypothesis-profile", settings._current_profile]
+    if getattr(option, "hypothesis_seed", None) is not None:
+        args += ["--hypothesis-seed", str(option.hypothesis_seed)]
+    if option.isolate:
+        args.append("--isolate")
+    args += ["--results", os.path.abspath(option.results)]
+    return shlex.join(args)
 
 
 @pytest.fixture
@@ -169,6 +459,7 @@ def record_row(request: pytest.FixtureRequest):
 # ----------------------------------------------------------------------------- header
 def pytest_report_header(config: pytest.Config) -> list[str]:
     import torch
+    from hypothesis import settings
 
     from engine.determinism import current_state
 
@@ -190,6 +481,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 # ----------------------------------------------------------------------------- collection of results
 def _environment(config: pytest.Config) -> dict:
     import torch
+    from hypothesis import settings
 
     def git_revision() -> str:
         try:
@@ -224,42 +516,198 @@ def _environment(config: pytest.Config) -> dict:
     }
 
 
+#: rw for user, group and others, less the umask (what open() gives a new file).
+_FILE_MODE = stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IWGRP | stat.S_IROTH | stat.S_IWOTH
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _is_case(nodeid: str) -> bool:
+    return f"::{CONFORMANCE_TEST}[" in nodeid
+
+
+def _is_end_record(line: str) -> bool:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and record.get("record") == "end"
+
+
+def report_dir(results: Path) -> Path:
+    """Where the end-of-run matrix goes: ``reports/out/results.jsonl`` -> ``reports/out/results-report/``."""
+    return results.with_name(results.stem + REPORT_SUFFIX)
+
+
+def _report_dir_problem(out: Path) -> str | None:
+    """Why the matrix must not be written into ``out`` (None: it may). The folder is the
+    builder's own: it may be absent or hold only files the builder writes."""
+    try:
+        from reports.build import OUTPUT_FILES
+    except ImportError:  # pragma: no cover - the builder's list, as of this writing
+        OUTPUT_FILES = ("matrix.csv", "results.csv", "matrix.md", "matrix.html", "matrix.png", "summary.json")
+    try:
+        info = os.lstat(out)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot use {out}: {exc.strerror or exc}"
+    if stat.S_ISLNK(info.st_mode):
+        return f"{out} is a symbolic link; the matrix goes only into a folder of its own"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{out} exists and is not a folder"
+    foreign = sorted(name for name in os.listdir(out)
+                     if name not in OUTPUT_FILES or os.path.islink(out / name) or not os.path.isfile(out / name))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        return f"{out} holds files the report builder did not write ({shown}); move them or give another --results"
+    return None
+
+
 class ResultsWriter:
-    """Controller-side plugin: appends rows to the results file as reports
-    arrive; the first row of the session truncates it and writes the run record.
-    Workers never write: their rows reach the controller on the reports."""
+    """Controller-side plugin: owns the results file for the session.
+
+    :meth:`open` (at configure time, before collection) locks the file, checks that a run
+    may append to it and appends the run record; rows are appended as reports arrive; the
+    session ends with an end record (planned vs written) and the lock is released at
+    unconfigure. Workers never write: their rows reach the controller on the reports."""
 
     def __init__(self, path: Path, config: pytest.Config) -> None:
         self.path = path
         self.config = config
         self.run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
         self.written: set[str] = set()
-        self.handle = None
+        self.fd: int | None = None
         self.counts: dict[str, int] = {}
+        self.planned = 0
+        self.run_record: dict = {}
+        self.run_offset = 0  # where this run's run record starts in the file
+        self.size = 0  # bytes in the file, as this writer left it
+        self.write_error: str | None = None
+        self.session: pytest.Session | None = None
+        self.ended = False
 
-    def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.handle = open(self.path, "w", encoding="utf-8")
-        started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        self._write({"record": "run", "schema": SCHEMA_VERSION, "run_id": self.run_id, "started": started,
-                     "env": _environment(self.config)})
+    # -- the file
+    def open(self, planned: int) -> None:
+        """Create, lock and check the file and append the run record; a usage error otherwise."""
+        shown = str(self.config.getoption("--results"))
+        fresh = self.config.getoption("--fresh-results")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise pytest.UsageError(f"cannot create the folder of results file {shown}: {exc.strerror or exc}") from None
+        existed = self.path.exists()
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, _FILE_MODE)
+        except OSError as exc:
+            raise pytest.UsageError(f"cannot open results file {shown}: {exc.strerror or exc}") from None
+        try:
+            problem = self._claim(fd, shown, fresh)
+            if problem is None:
+                self.fd = fd
+                self.planned = planned
+                self.run_record = {"record": "run", "schema": SCHEMA_VERSION, "run_id": self.run_id,
+                                   "started": _now(), "planned": planned, "env": _environment(self.config)}
+                try:
+                    self._append(self.run_record)
+                except OSError as exc:
+                    problem = f"cannot write results file {shown}: {exc.strerror or exc}"
+        except BaseException:
+            os.close(fd)
+            raise
+        if problem is not None:
+            self.fd = None
+            try:
+                if not existed and os.fstat(fd).st_size == 0:
+                    os.unlink(self.path)
+            finally:
+                os.close(fd)
+            raise pytest.UsageError(problem)
 
-    def _write(self, obj: dict) -> None:
-        self.handle.write(json.dumps(obj, sort_keys=True, default=str) + "\n")
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
+    def _claim(self, fd: int, shown: str, fresh: bool) -> str | None:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return f"--results {shown} is not a regular file (a device, pipe or socket); give a file path"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _in_use(shown)
+        except OSError as exc:
+            return f"cannot lock results file {shown}: {exc.strerror or exc}"
+        try:
+            problem = _existing_results_problem(self.path, shown, fresh=fresh)
+        except OSError as exc:
+            return f"cannot read results file {shown}: {exc.strerror or exc}"
+        if problem is None and fresh:
+            os.ftruncate(fd, 0)
+        self.size = self.run_offset = os.fstat(fd).st_size
+        return problem
+
+    def _append(self, obj: dict) -> None:
+        """Append one line and fsync it. A failed write leaves no partial line behind."""
+        data = memoryview((json.dumps(obj, sort_keys=True, default=str) + "\n").encode("utf-8"))
+        start = self.size
+        try:
+            while data:
+                data = data[os.write(self.fd, data):]
+            os.fsync(self.fd)
+        except OSError:
+            try:
+                os.ftruncate(self.fd, start)  # only this writer's own partial line (the file is locked)
+            except OSError:
+                pass
+            raise
+        self.size = os.fstat(self.fd).st_size
+
+    def set_planned(self, planned: int) -> None:
+        """The number of conformance cases collected (after -k, --lf, node ids), known once
+        collection is done and before any test runs: the run record is rewritten to carry it."""
+        if planned == self.planned or self.fd is None or self.written:
+            return
+        self.planned = planned
+        if os.fstat(self.fd).st_size != self.size:
+            return  # someone else wrote to the file: leave the record as it is
+        self.run_record["planned"] = planned
+        try:
+            os.ftruncate(self.fd, self.run_offset)  # this run's own record, just written
+            self.size = self.run_offset
+            self._append(self.run_record)
+        except OSError as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        self.write_error = f"cannot write results file {self.path}: {exc.strerror or exc}"
+        if self.session is not None:
+            self.session.shouldstop = self.write_error
 
     def add(self, nodeid: str, row: dict) -> None:
-        if nodeid in self.written:
+        if nodeid in self.written or self.fd is None or self.write_error:
             return
-        if self.handle is None:
-            self._open()
-        self.written.add(nodeid)
         row = dict(row, run_id=self.run_id)
-        self._write(row)
+        try:
+            self._append(row)
+        except OSError as exc:
+            self._failed(exc)
+            return
+        self.written.add(nodeid)
         self.counts[row["verdict"]] = self.counts.get(row["verdict"], 0) + 1
 
+    def missing(self) -> int:
+        return max(0, self.planned - len(self.written))
+
     # -- hooks
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.set_planned(sum(1 for item in session.items if _is_case(item.nodeid)))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
+        # Every worker collects the same cases; scheduling waits for all of them, so no test has run yet.
+        self.set_planned(sum(1 for nodeid in ids if _is_case(nodeid)))
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         rows = [value for key, value in report.user_properties if key == ROW_KEY]
         if rows:
@@ -277,37 +725,102 @@ class ResultsWriter:
                 self.add(report.nodeid, dict(row, nodeid=report.nodeid))
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.handle is not None:
-            self.handle.close()
+        if self.fd is None or self.ended:
+            return
+        self.ended = True
+        if (self.missing() or self.write_error) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # rows are missing: not a clean run
+        if self.write_error:
+            return
+        try:
+            self._append({"record": "end", "schema": SCHEMA_VERSION, "run_id": self.run_id, "ended": _now(),
+                          "exitstatus": int(session.exitstatus), "planned": self.planned,
+                          "written": len(self.written)})
+        except OSError as exc:
+            self._failed(exc)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # releases the lock
+            self.fd = None
+
+    # -- the end of the run
+    def _lines(self) -> tuple[list[str], int]:
+        """This run's run record and rows (no end record), and the number of runs in the file."""
+        mine, runs = [], 0
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(record, dict):
+                    continue
+                runs += record.get("record") == "run"
+                if record.get("run_id") == self.run_id and record.get("record") != "end":
+                    mine.append(line if line.endswith("\n") else line + "\n")
+        return mine, runs
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-        if not self.written:
+        if not self.written and not self.planned and not self.write_error:
             return
-        tr = terminalreporter
-        tr.section("detconf conformance")
-        tr.write_line(f"results: {self.path} ({len(self.written)} rows)")
         from reports.load import ResultsError
+        from reports.safe import terminal
         from reports.summary import summary_lines
 
+        tr = terminalreporter
+        tr.section("detconf conformance")
         try:
-            lines = summary_lines(self.path)
-        except ResultsError as exc:  # the rows are on disk; say why they could not be summarised
-            lines = [f"summary unavailable: {exc}", ", ".join(f"{v} {n}" for v, n in sorted(self.counts.items()))]
-        from reports.safe import terminal
-
-        for line in lines:
-            tr.write_line(terminal(line))
-        if config.getoption("--no-report-build"):
+            mine, runs = self._lines()
+        except OSError as exc:
+            mine, runs = [], 0
+            tr.write_line(terminal(f"cannot read back {self.path}: {exc.strerror or exc}"), red=True)
+        tr.write_line(terminal(f"results: {self.path} (run {self.run_id}: {len(self.written)} rows; "
+                               f"the file holds {runs} run{'s' if runs != 1 else ''})"))
+        if self.write_error:
+            tr.write_line(terminal(f"results incomplete: {self.write_error}"), red=True)
+        if self.missing():
+            tr.write_line(f"incomplete: {self.missing()} of {self.planned} planned cases have no row", red=True)
+        if self.written:
+            with tempfile.TemporaryDirectory(prefix="detconf-summary-") as tmp:
+                this_run = Path(tmp) / self.path.name
+                this_run.write_text("".join(mine), encoding="utf-8")
+                try:
+                    lines = summary_lines(this_run)
+                except ResultsError as exc:  # the rows are on disk; say why they could not be summarised
+                    lines = [f"summary unavailable: {exc}", ", ".join(f"{v} {n}" for v, n in sorted(self.counts.items()))]
+            for line in lines:
+                tr.write_line(terminal(line))
+        if config.getoption("--no-report-build") or not self.written:
             return
-        from reports.build import build
+        out_dir = report_dir(self.path)
+        problem = _report_dir_problem(out_dir)
+        if problem:
+            tr.write_line(terminal(f"matrix not built: {problem}"), yellow=True)
+            return
+        try:
+            self._build(out_dir)
+        except Exception as exc:  # noqa: BLE001 - the results file is complete; say why the matrix is not
+            tr.write_line(terminal(_one_line(f"matrix build failed: {type(exc).__name__}: {exc}")))
+        else:
+            tr.write_line(terminal(f"matrix: {out_dir / 'matrix.md'} (+ matrix.csv, matrix.html, matrix.png, "
+                                   "summary.json; every run in the file, a later row wins)"))
 
-        out_dir = self.path.parent
+    def _build(self, out_dir: Path) -> None:
+        from reports.build import build
+        from reports.load import ResultsError
+
         try:
             build([self.path], out_dir)
-        except Exception as exc:  # noqa: BLE001 - the results file is complete; say why the matrix is not
-            tr.write_line(f"matrix build failed: {type(exc).__name__}: {exc}")
-        else:
-            tr.write_line(f"matrix: {out_dir / 'matrix.md'} (+ matrix.csv, matrix.html, matrix.png, summary.json)")
+        except ResultsError as exc:
+            # A reader that does not know end records yet: hand it the file without them.
+            if "'end'" not in str(exc):
+                raise
+            with tempfile.TemporaryDirectory(prefix="detconf-build-") as tmp:
+                copy = Path(tmp) / self.path.name
+                with open(self.path, encoding="utf-8") as src, open(copy, "w", encoding="utf-8") as dst:
+                    dst.writelines(line for line in src if not _is_end_record(line))
+                build([copy], out_dir)
 
 
 def _case_for_nodeid(config: pytest.Config, nodeid: str):

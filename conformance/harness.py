@@ -340,7 +340,9 @@ def crashed_row(case: Case, message: str) -> dict[str, Any]:
     return row
 
 
-def failure_message(row: dict[str, Any], nodeid: str = "") -> str:
+def failure_message(row: dict[str, Any], nodeid: str = "", *, rerun: str = "") -> str:
+    """What a failing case's test prints. ``rerun``: a command that runs the case again (the
+    plugin's, with every option of the run); without it, a hint from ``nodeid``."""
     d = row.get("detail", {})
     lines = [
         f"{row['entry_id']} on {row['device']} in mode {row['mode']}: {row['verdict']}",
@@ -357,6 +359,8 @@ def failure_message(row: dict[str, Any], nodeid: str = "") -> str:
     if d.get("repro"):
         lines.append("  reproducer:\n    import torch\n    " + MODE_CALLS[row["mode"]] + "\n    "
                      + d["repro"].replace("\n", "\n    "))
-    if nodeid:
+    if rerun:
+        lines.append(f"  rerun: {rerun}")
+    elif nodeid:
         lines.append(f"  rerun: pytest '{nodeid}' --hypothesis-profile ci")
     return "\n".join(lines)

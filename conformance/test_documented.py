@@ -41,4 +41,5 @@ def test_documented(conformance_case, detconf_settings, record_row, request):
         warnings.warn(pytest.PytestWarning(
             f"known finding for {row['entry_id']} expected {finding.verdict!r}, observed {row['verdict']!r}: "
             "update conformance/data/known-findings.json"))
-    assert is_passing(row["verdict"]), failure_message(row, request.node.nodeid)
+    assert is_passing(row["verdict"]), failure_message(row, request.node.nodeid,
+                                                      rerun=detconf_settings["rerun"](request.node))

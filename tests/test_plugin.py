@@ -32,7 +32,7 @@ def read_rows(path):
         (["--device", "tpu"], "unknown device 'tpu'"),
         (["--source", "rumours"], "unknown source 'rumours'"),
         (["--doc-version", "0.1.0"], "0.1.0"),
-        (["--mode", "sometimes"], "invalid choice: 'sometimes'"),
+        (["--mode", "sometimes"], "unknown mode 'sometimes'"),
         (["--runs", "1"], "--runs must be at least 2"),
     ],
 )
