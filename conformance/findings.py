@@ -15,7 +15,6 @@ pre-releases count as their release; a bare version such as ``"2.13"`` is an err
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 FINDINGS_FILE = Path(__file__).resolve().parent / "data" / "known-findings.json"
-REQUIRED = ("source", "entry_id", "verdict", "torch", "why")
 
 
 @dataclass(frozen=True)
