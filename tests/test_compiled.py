@@ -268,11 +268,19 @@ def test_an_unknown_compile_setting_is_a_one_line_usage_error(tmp_path):
     assert "argument --compile: invalid choice: 'jit'" in out.stderr
 
 
-def test_the_rerun_command_of_a_compiled_case_keeps_the_compile_setting(tmp_path):
-    from tests.test_plugin import pytest_run
+def test_the_rerun_command_of_a_compiled_case_keeps_the_compile_setting():
+    import types
+    from pathlib import Path
 
-    out = pytest_run("--source", "torch-docs", "-k", "put_", "--device", "cpu", "--mode", "error",
-                     "--compile", "inductor", "--hypothesis-profile", "ci", "--results", str(tmp_path / "r.jsonl"),
-                     "--no-report-build", timeout=600)
-    rerun = next(line for line in out.stdout.splitlines() if line.strip().startswith("rerun:"))
-    assert "-cpu-error-inductor]" in rerun and "--compile inductor" in rerun, rerun
+    import conftest
+
+    option = types.SimpleNamespace(source=["torch-docs"], doc_version=None, no_complements=False, mode=["error"],
+                                   runs=2, isolate=False, results="r.jsonl", detconf_compile=["eager", "inductor"])
+    config = types.SimpleNamespace(option=option, _detconf_backends=[CPU],
+                                   getoption=lambda name: getattr(option, name.lstrip("-").replace("-", "_")))
+    node = types.SimpleNamespace(path=Path("/suite/conformance/test_documented.py"),
+                                 name="test_documented[put_(accumulate=False)-cpu-error-inductor]")
+    rerun = conftest.rerun_command(config, node)
+    assert "--compile eager --compile inductor" in rerun and "-cpu-error-inductor]" in rerun
+    option.detconf_compile = None  # eager only: nothing to add, the ids have no suffix
+    assert "--compile" not in conftest.rerun_command(config, node)
