@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["csv_cell", "csv_column", "csv_frame", "md_cell", "md_frame", "one_line", "terminal"]
+__all__ = ["csv_arrow", "csv_cell", "csv_column", "csv_frame", "md_cell", "md_frame", "one_line", "terminal"]
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -36,6 +36,19 @@ def csv_column(values: list) -> list:
     if any(isinstance(v, str) and v.startswith(_FORMULA_START) for v in values):
         return [csv_cell(v) for v in values]
     return values
+
+
+def csv_arrow(values):
+    """A pyarrow string array with :func:`csv_cell` applied: cells that start like a formula are
+    found column-wise and passed through :func:`csv_cell` (the same rule, numbers excepted)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    suspect = pc.fill_null(pc.match_substring_regex(values, "^[=+\\-@\t\r]"), False)
+    if not pc.any(suspect).as_py():
+        return values
+    fixed = pa.array([csv_cell(v) for v in values.filter(suspect).to_pylist()], pa.string())
+    return pc.replace_with_mask(values, suspect, fixed)
 
 
 def csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
