@@ -29,8 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from reports.load import (
-    DEFAULT_COMPILE, DEFAULT_PHASE, ENTRY_KEY, Results, _group, compile_key, device_key, entry_sort_key, load,
-    mode_key,
+    DEFAULT_COMPILE, DEFAULT_PHASE, DIFF_COLUMNS, ENTRY_KEY, Results, _group, compile_key, device_key,
+    entry_sort_key, load, mode_key,
 )
 
 DIFF_KEY = ("source", "doc_version", "entry_id", "phase", "device", "mode", "compile")
@@ -85,7 +85,7 @@ def _codes(values: pa.Array) -> np.ndarray:
 def _fingerprint_dicts(results: Results, rows: list[int]) -> list[dict | None]:
     """``detail.fingerprints`` of rows of ``results.table``, read back from the file."""
     out = []
-    for text in results.line_texts(rows):
+    for text in (t for batch in results.line_batches(rows) for t in batch):
         fingerprints = (json.loads(text).get("detail") or {}).get("fingerprints")
         out.append(fingerprints if isinstance(fingerprints, dict) else None)
     return out
@@ -121,10 +121,8 @@ def compare(a: Results, b: Results, *, strict: bool = False) -> Diff:
     if a.fingerprints is not None and b.fingerprints is not None:
         has_a = a.column("has_fingerprints").to_numpy(zero_copy_only=False)[a_rows]
         has_b = b.column("has_fingerprints").to_numpy(zero_copy_only=False)[b_rows]
-        table_a, table_b = a.order[a_rows].tolist(), b.order[b_rows].tolist()
-        for k in np.flatnonzero(has_a & has_b).tolist():
-            if a.fingerprints[table_a[k]] != b.fingerprints[table_b[k]]:
-                fp_pairs.append((int(a_rows[k]), int(b_rows[k])))
+        moved = has_a & has_b & (a.fingerprints[a_rows] != b.fingerprints[b_rows])
+        fp_pairs = list(zip(a_rows[moved].tolist(), b_rows[moved].tolist()))
 
     # What is reported, as (side, row) of the file whose row orders the cell (A where it is in A).
     removed = np.flatnonzero(~matched)
@@ -161,8 +159,8 @@ def compare(a: Results, b: Results, *, strict: bool = False) -> Diff:
     diff.show_compile = compiles != {DEFAULT_COMPILE}
     fp_found = {}
     if fp_pairs:
-        dicts_a = _fingerprint_dicts(a, a.order[[i for i, _ in fp_pairs]].tolist())
-        dicts_b = _fingerprint_dicts(b, b.order[[j for _, j in fp_pairs]].tolist())
+        dicts_a = _fingerprint_dicts(a, [i for i, _ in fp_pairs])
+        dicts_b = _fingerprint_dicts(b, [j for _, j in fp_pairs])
         for (i, _), fa, fb in zip(fp_pairs, dicts_a, dicts_b):
             if fa and fb:
                 shared = sorted(set(fa) & set(fb), key=lambda k: (len(str(k)), str(k)))
@@ -279,7 +277,7 @@ def render(diff: Diff, path_a: str, path_b: str) -> list[str]:
 
 def main(path_a: str | os.PathLike, path_b: str | os.PathLike, *, strict: bool = False) -> tuple[int, list[str]]:
     """Returns ``(exit_code, lines)``: 1 when any cell regressed, else 0."""
-    a = load([path_a], key=DIFF_KEY, fingerprints=True)
-    b = load([path_b], key=DIFF_KEY, fingerprints=True)
+    a = load([path_a], key=DIFF_KEY, fingerprints=True, columns=DIFF_COLUMNS)
+    b = load([path_b], key=DIFF_KEY, fingerprints=True, columns=DIFF_COLUMNS)
     diff = compare(a, b, strict=strict)
     return (1 if diff.regressed else 0), render(diff, os.fspath(path_a), os.fspath(path_b))

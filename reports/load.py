@@ -26,6 +26,8 @@ latest row of a cell wins: the later line of a file, the later file on the comma
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import functools
@@ -80,6 +82,8 @@ ROW_FIELDS = (
 
 #: Bytes of a file read (and parsed) at a time.
 CHUNK_BYTES = 32 << 20
+#: Chunks parsed at once, at most (pyarrow and numpy let go of the interpreter while they work).
+READ_THREADS = 2
 #: A longer line is rejected (no results line comes near it; it bounds what one line can cost).
 MAX_LINE_BYTES = 16 << 20
 #: A line nested deeper is rejected (result rows nest five levels or so).
@@ -306,7 +310,6 @@ def _check_record(rec: object) -> tuple[str | None, str | None]:
 # ----------------------------------------------------------------------------- lines
 
 _STRING_OR_BRACKET = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
-_BRACKETS_ONLY = bytes(b for b in range(256) if b not in b"[{\n")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _BLANK = b" \t\r\x0b\x0c"  # what bytes.strip() strips, besides the newline
 
@@ -341,43 +344,49 @@ class _Lines:
         return len(self.starts)
 
 
-def _split(data: bytes) -> _Lines:
+def _split(data) -> _Lines:
     """Line spans of a chunk (vectorised; lines not shaped ``{...}`` are measured one by one)."""
     arr = np.frombuffer(data, dtype=np.uint8)
     newlines = np.flatnonzero(arr == 10)
-    ends = newlines if len(data) and data[-1:] == b"\n" else np.append(newlines, len(data))
+    if len(data) and data[-1] != 10:
+        ends = np.append(newlines, len(data))
+    else:
+        ends = newlines
     starts = np.empty_like(ends)
     starts[:1] = 0
-    starts[1:] = newlines[: len(ends) - 1] + 1
+    starts[1:] = ends[:-1] + 1
+    if not len(ends):
+        return _Lines(starts, ends, 0)
     lengths = ends - starts
-    longest = int(lengths.max()) if len(lengths) else 0
-    starts, ends = starts.astype(np.int64), ends.astype(np.int64)
-    nonempty = lengths > 0
-    first = np.zeros(len(starts), dtype=np.uint8)
-    last = np.zeros(len(starts), dtype=np.uint8)
-    first[nonempty] = arr[starts[nonempty]]
-    last[nonempty] = arr[ends[nonempty] - 1]
-    for i in np.flatnonzero((first != ord("{")) | (last != ord("}"))).tolist():
-        s, e = int(starts[i]), int(ends[i])
-        line = data[s:e]
-        stripped = line.strip()
-        if not stripped:
-            starts[i] = ends[i] = s
-            continue
-        starts[i] = s + len(line) - len(line.lstrip())
-        ends[i] = starts[i] + len(stripped)
+    longest = int(lengths.max())
+    first = arr[np.minimum(starts, len(data) - 1)]
+    last = arr[np.maximum(ends - 1, 0)]
+    irregular = (first != ord("{")) | (last != ord("}")) | (lengths == 0)
+    if irregular.any():
+        starts, ends = starts.copy(), ends.copy()
+        for i in np.flatnonzero(irregular).tolist():
+            s, e = int(starts[i]), int(ends[i])
+            line = bytes(data[s:e])
+            stripped = line.strip()
+            if not stripped:
+                starts[i] = ends[i] = s
+                continue
+            starts[i] = s + len(line) - len(line.lstrip())
+            ends[i] = starts[i] + len(stripped)
     return _Lines(starts, ends, longest)
 
 
-def _deep_lines(data: bytes, lines: _Lines) -> bool:
-    """True when some line nests deeper than MAX_DEPTH. Only the brackets and newlines of the
-    chunk are kept (one C pass); lines with more opening brackets than MAX_DEPTH are scanned."""
-    brackets = np.frombuffer(data.translate(None, _BRACKETS_ONLY), dtype=np.uint8)
-    newlines = np.flatnonzero(brackets == 10)
-    bounds = np.concatenate(([-1], newlines, [len(brackets)]))
-    counts = np.diff(bounds) - 1
+def _deep_lines(data, lines: _Lines) -> bool:
+    """True when some line nests deeper than MAX_DEPTH. Opening brackets are counted per line
+    (numpy: ``[`` and ``{`` are the bytes that ``| 0x20`` makes 0x7b); a line with more than
+    MAX_DEPTH of them is scanned."""
+    arr = np.frombuffer(data, dtype=np.uint8)
+    opening = np.flatnonzero((arr | 0x20) == 0x7B)
+    if len(opening) <= MAX_DEPTH:
+        return False
+    counts = np.bincount(np.searchsorted(lines.ends, opening), minlength=lines.count + 1)
     for i in np.flatnonzero(counts > MAX_DEPTH).tolist():
-        if i < lines.count and _depth(data[lines.starts[i]:lines.ends[i]]) > MAX_DEPTH:
+        if i < lines.count and _depth(bytes(data[lines.starts[i]:lines.ends[i]])) > MAX_DEPTH:
             return True
     return False
 
@@ -386,15 +395,25 @@ def _deep_lines(data: bytes, lines: _Lines) -> bool:
 
 @dataclass
 class _Part:
-    """The rows of one chunk: result rows as a table (TABLE_SCHEMA) with their line numbers and
-    byte spans in the file, and the run and end records as ``(line, record)``."""
+    """The rows of one chunk: result rows as a table (TABLE_SCHEMA) with their lines (0 is the
+    chunk's first line) and byte spans in the file, and the run and end records as ``(line,
+    record)``; ``count``: the chunk's lines."""
 
     table: pa.Table
     lines: np.ndarray
     starts: np.ndarray
     ends: np.ndarray
     others: list[tuple[int, dict]]
+    count: int
     fingerprints: list | None = None  # per result row: digest of its fingerprints, or None
+
+
+class _LineProblem(Exception):
+    """What is wrong with a line of a chunk (0: its first line); the reader names file and line."""
+
+    def __init__(self, index: int, problem: str):
+        super().__init__(index, problem)
+        self.index, self.problem = index, problem
 
 
 def _flatten(results: pa.Table) -> pa.Table:
@@ -430,7 +449,7 @@ def _read_fast(data: bytes, lines: _Lines) -> tuple[pa.Table, pa.Table, np.ndarr
     try:
         table = pj.read_json(
             pa.py_buffer(data),
-            read_options=pj.ReadOptions(use_threads=True, block_size=max(1 << 20, 2 * lines.longest + 2)),
+            read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, 2 * lines.longest + 2)),
             parse_options=pj.ParseOptions(explicit_schema=PARSE_SCHEMA, unexpected_field_behavior="ignore"),
         )
     except (pa.ArrowException, ValueError):
@@ -455,39 +474,40 @@ def _read_fast(data: bytes, lines: _Lines) -> tuple[pa.Table, pa.Table, np.ndarr
     return table, results, rows, is_result
 
 
-def _parse_chunk(data: bytes, base: int, first_line: int, name: str, want_fingerprints: bool) -> _Part:
+def _parse_chunk(data, base: int, want_fingerprints: bool) -> _Part:
+    """The records of a chunk of whole lines that starts at byte ``base`` of its file. Runs in
+    a worker thread; a bad line raises :class:`_LineProblem`."""
     lines = _split(data)
     fast = _read_fast(data, lines)
     if fast is None:
-        return _read_slow(data, lines, base, first_line, name, want_fingerprints)
+        return _read_slow(data, lines, base, want_fingerprints)
     _, results, rows, is_result = fast
     others = []
     for i in rows[~is_result].tolist():
         text = data[lines.starts[i]:lines.ends[i]]
-        lineno = first_line + i
         try:
             rec = json.loads(text)
         except (ValueError, RecursionError) as exc:  # pragma: no cover - pyarrow parsed it
-            raise _fail(name, lineno, f"corrupt JSON line ({getattr(exc, 'msg', exc)})") from None
+            raise _LineProblem(i, f"corrupt JSON line ({getattr(exc, 'msg', exc)})") from None
         kind, problem = _check_record(rec)
         if problem:
-            raise _fail(name, lineno, problem)
-        others.append((lineno, rec))
+            raise _LineProblem(i, problem)
+        others.append((i, rec))
     result_rows = rows[is_result]
     part = _Part(
         table=_flatten(results),
-        lines=result_rows + first_line,
+        lines=result_rows,
         starts=lines.starts[result_rows] + base,
         ends=lines.ends[result_rows] + base,
         others=others,
+        count=lines.count,
     )
     if want_fingerprints:
         part.fingerprints = _fingerprint_digests(data, lines, result_rows, part.table.column("has_fingerprints"))
     return part
 
 
-def _read_slow(data: bytes, lines: _Lines, base: int, first_line: int, name: str,
-               want_fingerprints: bool) -> _Part:
+def _read_slow(data, lines: _Lines, base: int, want_fingerprints: bool) -> _Part:
     """Line by line with Python's json: the first bad line raises; otherwise the same part as
     the fast reading."""
     columns: dict[str, list] = {n: [] for n in TABLE_SCHEMA.names}
@@ -496,32 +516,32 @@ def _read_slow(data: bytes, lines: _Lines, base: int, first_line: int, name: str
         s, e = int(lines.starts[i]), int(lines.ends[i])
         if s == e:
             continue
-        lineno = first_line + i
-        line = data[s:e]
+        lineno = i
+        line = bytes(data[s:e])
         if len(line) > MAX_LINE_BYTES:
-            raise _fail(name, lineno, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
+            raise _LineProblem(lineno, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
         if b"\x00" in line:
-            raise _fail(name, lineno, "NUL byte in the line (not JSON text)")
+            raise _LineProblem(lineno, "NUL byte in the line (not JSON text)")
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError:
-            raise _fail(name, lineno, "not UTF-8 text") from None
+            raise _LineProblem(lineno, "not UTF-8 text") from None
         if _too_deep(line):
-            raise _fail(name, lineno, f"JSON nested deeper than {MAX_DEPTH} levels")
+            raise _LineProblem(lineno, f"JSON nested deeper than {MAX_DEPTH} levels")
         try:
             rec = json.loads(text)
         except RecursionError:  # pragma: no cover - _too_deep catches it first
-            raise _fail(name, lineno, f"JSON nested deeper than {MAX_DEPTH} levels") from None
+            raise _LineProblem(lineno, f"JSON nested deeper than {MAX_DEPTH} levels") from None
         except ValueError as exc:
-            raise _fail(name, lineno, f"corrupt JSON line ({getattr(exc, 'msg', exc)})") from None
+            raise _LineProblem(lineno, f"corrupt JSON line ({getattr(exc, 'msg', exc)})") from None
         if _SURROGATE_ESCAPE.search(line):
             try:
                 json.dumps(rec, ensure_ascii=False).encode("utf-8")
             except UnicodeEncodeError:
-                raise _fail(name, lineno, "a string holds a lone surrogate escape (not Unicode text)") from None
+                raise _LineProblem(lineno, "a string holds a lone surrogate escape (not Unicode text)") from None
         kind, problem = _check_record(rec)
         if problem:
-            raise _fail(name, lineno, problem)
+            raise _LineProblem(lineno, problem)
         if kind != "result":
             others.append((lineno, rec))
             continue
@@ -545,76 +565,93 @@ def _read_slow(data: bytes, lines: _Lines, base: int, first_line: int, name: str
         starts=np.asarray(starts, dtype=np.int64),
         ends=np.asarray(ends, dtype=np.int64),
         others=others,
+        count=lines.count,
         fingerprints=digests if want_fingerprints else None,
     )
 
 
-def _chunks(f, name: str) -> Iterator[tuple[bytes, int, int]]:
-    """``(data, offset, first line number)`` for consecutive chunks of whole lines."""
+def _chunks(f) -> Iterator[tuple[bytearray | None, int]]:
+    """``(data, offset)`` for consecutive chunks of whole lines of a file, each read straight
+    into its own buffer; ``data`` is None where a line longer than MAX_LINE_BYTES starts."""
     carry = b""
-    offset, lineno = 0, 1
+    offset = 0
     while True:
-        block = f.read(CHUNK_BYTES)
-        if not block:
+        data = bytearray(len(carry) + CHUNK_BYTES)
+        data[:len(carry)] = carry
+        size = len(carry) + f.readinto(memoryview(data)[len(carry):])
+        if size == len(carry):  # end of file
             if carry:
-                yield carry, offset, lineno
+                yield bytearray(carry), offset
             return
-        data = carry + block if carry else block
-        cut = data.rfind(b"\n") + 1
+        cut = data.rfind(b"\n", 0, size) + 1
         if cut == 0:
-            if len(data) > MAX_LINE_BYTES:
-                raise _fail(name, lineno, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
-            carry = data
+            if size > MAX_LINE_BYTES:
+                yield None, offset
+                return
+            carry = bytes(data[:size])
             continue
-        chunk, carry = (data, b"") if cut == len(data) else (data[:cut], data[cut:])
-        yield chunk, offset, lineno
+        carry = bytes(data[cut:size])
+        del data[cut:]
+        yield data, offset
         offset += cut
-        lineno += chunk.count(b"\n")
         if len(carry) > MAX_LINE_BYTES:
-            raise _fail(name, lineno, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
+            yield None, offset
+            return
 
 
 # ----------------------------------------------------------------------------- fingerprints
 
 # Where a row's fingerprints object is, without parsing the row: the key spelled out, then a
-# flat object. Exact when the line holds the key once, spells no ASCII letter as an escape (so
-# the key cannot hide) and the object holds no brace, backslash or odd quote (so it is the
-# whole object); other rows are parsed.
-_FP_KEY = re.compile(rb'"fingerprints"[ \t\r\n]*:[ \t\r\n]*(\{[^{}\\]*\})?')
-_LETTER_ESCAPE = re.compile(rb"\\u00[4-7]")
+# flat object, found by RE2 over the chunk's lines as an Arrow array (no copy). This is exact
+# where the line holds the key spelled out once and spells no ASCII letter as an escape (so the
+# one key found is the row's: an escaped key would need a letter escape, a second key a second
+# spelling), and the object holds no brace or backslash and an even number of quotes (so it is
+# the whole object). Other rows are parsed.
+_FP_KEY = '"fingerprints"'
+_FP_PATTERN = r'"fingerprints"[ \t\r\n]*:[ \t\r\n]*(?P<fp>\{[^{}\\]*\})'
+_LETTER_ESCAPE = r"\\u00[4-7]"
+#: Bytes of a fingerprints digest.
+DIGEST_BYTES = 16
+_NO_DIGEST = bytes(DIGEST_BYTES)
 
 
 def _digest(text: bytes) -> bytes:
-    return hashlib.blake2b(text, digest_size=16).digest()
+    return hashlib.blake2b(text, digest_size=DIGEST_BYTES).digest()
 
 
 def _canonical_digest(fingerprints) -> bytes:
     return _digest(json.dumps(fingerprints, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass"))
 
 
-def _fingerprint_digests(data: bytes, lines: _Lines, result_rows: np.ndarray, has: pa.ChunkedArray) -> list:
+def _fingerprint_digests(data, lines: _Lines, result_rows: np.ndarray, has: pa.ChunkedArray) -> list:
     """Per result row of a chunk: a digest of the text of its ``detail.fingerprints`` (equal
     digests: equal objects), or None where it has none."""
-    matches = list(_FP_KEY.finditer(data))
-    where = np.searchsorted(lines.ends, np.fromiter((m.start() for m in matches), np.int64, len(matches)),
-                            side="left")
-    per_line = np.bincount(where, minlength=lines.count)
-    match_of = np.full(lines.count, -1, dtype=np.int64)
-    match_of[where] = np.arange(len(matches))  # used where a line holds one match
-    escaped = {int(np.searchsorted(lines.ends, m.start(), side="left")) for m in _LETTER_ESCAPE.finditer(data)}
+    bounds = np.append(lines.starts, len(data)).astype(np.int32)
+    every_line = pa.StringArray.from_buffers(lines.count, pa.py_buffer(bounds), pa.py_buffer(data))
+    rows = every_line.take(pa.array(result_rows))
+    has = np.asarray(has.combine_chunks() if isinstance(has, pa.ChunkedArray) else has, dtype=bool)
+    capture = pc.struct_field(pc.extract_regex(rows, _FP_PATTERN), "fp")
+    found = np.asarray(capture.is_valid(), dtype=bool)
+    # One spelled-out key per row that has fingerprints, none elsewhere: counted over the whole
+    # chunk when that settles it, else row by row.
+    if data.count(_FP_KEY.encode()) == int(has.sum()) and not (has & ~found).any():
+        once = np.ones(len(rows), dtype=bool)
+    else:
+        once = np.asarray(pc.equal(pc.count_substring(rows, _FP_KEY), 1), dtype=bool)
+    simple = (once & found & ~np.asarray(pc.match_substring_regex(rows, _LETTER_ESCAPE), dtype=bool)
+              & np.asarray(pc.fill_null(pc.equal(pc.bit_wise_and(pc.count_substring(capture, '"'), 1), 0), False),
+                           dtype=bool))
+    texts = capture.cast(pa.binary()).to_pylist()
     out = []
-    for line, has_fp in zip(result_rows.tolist(), has.to_pylist()):
+    for k, (has_fp, ok) in enumerate(zip(has.tolist(), simple.tolist())):
         if not has_fp:
             out.append(None)
-            continue
-        if per_line[line] == 1 and line not in escaped:
-            m = matches[match_of[line]]
-            text = m.group(1)
-            if text is not None and data[m.start() - 1:m.start()] != b"\\" and text.count(b'"') % 2 == 0:
-                out.append(_digest(text))
-                continue
-        rec = json.loads(data[lines.starts[line]:lines.ends[line]])
-        out.append(_canonical_digest(rec["detail"]["fingerprints"]))
+        elif ok:
+            out.append(_digest(texts[k]))
+        else:
+            i = int(result_rows[k])
+            rec = json.loads(bytes(data[lines.starts[i]:lines.ends[i]]))
+            out.append(_canonical_digest(rec["detail"]["fingerprints"]))
     return out
 
 
@@ -622,18 +659,19 @@ def _fingerprint_digests(data: bytes, lines: _Lines, result_rows: np.ndarray, ha
 
 @dataclass
 class Results:
-    """Result rows of one or more results files, merged.
+    """Result rows of one or more results files, merged: the rows the merge kept, in matrix
+    order (entries, then torch version, device, mode, compile setting).
 
-    ``table`` holds every result row read, in the order read (files in command-line order,
-    lines in file order); ``order`` lists the rows the merge kept, in matrix order (entries,
-    then torch version, device, mode, compile setting), and ``entry_codes`` / ``column_codes``
-    give each kept row's entry (an index into ``entries``) and column (into ``columns``).
+    ``table`` holds them column by column (TABLE_SCHEMA, then ``file`` -- an index into
+    ``paths`` --, ``line``, ``start`` and ``end`` -- the byte span of the row's text in its
+    file -- and ``seq``, the row's place among all rows read); ``entry_codes`` and
+    ``column_codes`` give each row's entry (an index into ``entries``) and column (into
+    ``columns``).
     """
 
-    table: pa.Table  # TABLE_SCHEMA plus file (index into paths), line, start, end
-    order: np.ndarray  # kept rows (indices into table), in matrix order
-    entry_codes: np.ndarray  # per kept row, its entry
-    column_codes: np.ndarray  # per kept row, its column
+    table: pa.Table
+    entry_codes: np.ndarray  # per row, its entry
+    column_codes: np.ndarray  # per row, its column
     runs: list[dict]  # run records (a repeated run_id: the later record wins)
     ends: list[dict]  # end records, in the order read
     inputs: list[dict]  # per file: path, numbers of result, run and end records
@@ -641,71 +679,86 @@ class Results:
     entries: pd.DataFrame  # ENTRY_ATTRIBUTES, one row per entry; row n has entry code n
     columns: list[tuple[str, str, str, str]]  # (torch_version, device, mode, compile); index = code
     paths: list[str]  # the files read, in order
-    fingerprints: list | None = None  # per row of table: fingerprints digest (load(fingerprints=True))
+    fingerprints: np.ndarray | None = None  # per row: digest of its fingerprints, zeros where none
 
     def __len__(self) -> int:
-        return len(self.order)
+        return self.table.num_rows
 
     def column(self, name: str) -> pa.Array:
-        """One column of the kept rows, in matrix order."""
-        return self.table.column(name).take(self.order).combine_chunks()
+        """One column of the rows, in matrix order."""
+        return self.table.column(name).combine_chunks()
 
     def pylist(self, name: str) -> list:
         return self.column(name).to_pylist()
 
     @functools.cached_property
     def values(self) -> dict[str, list]:
-        """ROW_FIELDS, file, line, seq -> one value per kept row (matrix order)."""
+        """ROW_FIELDS, file, line, seq -> one value per row (matrix order)."""
         out = {name: self.pylist(name) for name in ROW_FIELDS}
         out["file"] = [self.paths[i] for i in self.pylist("file")]
         out["line"] = self.pylist("line")
-        out["seq"] = self.order.tolist()
+        out["seq"] = self.pylist("seq")
         return out
 
     @functools.cached_property
     def rows(self) -> pd.DataFrame:
-        """The kept rows as a DataFrame: ROW_FIELDS, file, line, seq, entry_code, column_code."""
+        """The rows as a DataFrame: ROW_FIELDS, file, line, seq, entry_code, column_code."""
         frame = pd.DataFrame(self.values)
         frame["entry_code"] = self.entry_codes
         frame["column_code"] = self.column_codes
         return frame
 
-    def line_texts(self, rows: Iterable[int] | None = None) -> Iterator[bytes]:
-        """The text of rows of ``table`` as read (surrounding whitespace stripped); default:
-        the kept rows in matrix order. Files are mapped, not read, and let go of as it goes."""
-        rows = self.order if rows is None else np.asarray(list(rows), dtype=np.int64)
-        files = self.table.column("file").to_numpy()[rows]
-        starts = self.table.column("start").to_numpy()[rows]
-        ends = self.table.column("end").to_numpy()[rows]
+    def line_batches(self, rows: Iterable[int] | None = None, batch: int = 1 << 16) -> Iterator[list[bytes]]:
+        """The text of rows (default: all, in matrix order) as read, surrounding whitespace
+        stripped, a batch at a time. The files are mapped, not read; each batch's pages are let
+        go of (they stay in the page cache)."""
+        index = np.arange(len(self)) if rows is None else np.asarray(list(rows), dtype=np.int64)
+        files = self.table.column("file").to_numpy()[index]
+        starts = self.table.column("start").to_numpy()[index]
+        ends = self.table.column("end").to_numpy()[index]
+        used = set(np.unique(files).tolist())
         with _Mapped(self.paths) as maps:
-            for k, (f, s, e) in enumerate(zip(files.tolist(), starts.tolist(), ends.tolist())):
-                yield maps[f][s:e]
-                if k % 65536 == 65535:
-                    maps.release()
+            mapped = [maps[i] if i in used else None for i in range(len(self.paths))]
+            for first in range(0, len(index), batch):
+                part = slice(first, first + batch)
+                yield [mapped[f][s:e] for f, s, e in zip(files[part].tolist(), starts[part].tolist(),
+                                                        ends[part].tolist())]
+                maps.release()
 
     @property
     def texts(self) -> list[str]:
-        """The kept rows' lines as read, in matrix order."""
-        return [t.decode("utf-8") for t in self.line_texts()]
+        """The rows' lines as read, in matrix order."""
+        return [t.decode("utf-8") for batch in self.line_batches() for t in batch]
 
     @property
     def records(self) -> list[dict]:
-        """The kept rows as parsed JSON objects, in matrix order (for small results: it parses)."""
-        return [json.loads(t) for t in self.line_texts()]
+        """The rows as parsed JSON objects, in matrix order (for small results: it parses)."""
+        return [json.loads(t) for batch in self.line_batches() for t in batch]
 
     def digest(self) -> str:
-        """:func:`rows_digest` of the kept rows, read back from the files piece by piece."""
+        """:func:`rows_digest` of the rows, hashed straight from the mapped files (each row's
+        span, then a newline), a batch of rows at a time."""
         h = hashlib.sha256()
-        batch: list[bytes] = []
-        size = 0
-        for text in self.line_texts():
-            batch.append(text)
-            size += len(text) + 1
-            if size >= 1 << 22:
-                h.update(b"\n".join(batch) + b"\n")
-                batch, size = [], 0
-        if batch:
-            h.update(b"\n".join(batch) + b"\n")
+        update = h.update
+        files = self.table.column("file").to_numpy()
+        starts = self.table.column("start").to_numpy()
+        ends = self.table.column("end").to_numpy()
+        batch = 1 << 16
+        with _Mapped(self.paths) as maps:
+            views = [memoryview(maps[i]) for i in sorted(set(np.unique(files).tolist()))]
+            index = {f: k for k, f in enumerate(sorted(set(np.unique(files).tolist())))}
+            views = [views[index[f]] if f in index else None for f in range(len(self.paths))]
+            try:
+                for first in range(0, len(files), batch):
+                    part = slice(first, first + batch)
+                    for f, s, e in zip(files[part].tolist(), starts[part].tolist(), ends[part].tolist()):
+                        update(views[f][s:e])
+                        update(b"\n")
+                    maps.release()
+            finally:
+                for view in views:
+                    if view is not None:
+                        view.release()
         return h.hexdigest()
 
 
@@ -765,40 +818,49 @@ def gc_paused():
 
 # ----------------------------------------------------------------------------- loading
 
+#: The columns merging, ordering and the entries need, whatever a caller keeps.
+_ALWAYS = tuple(dict.fromkeys(MERGE_KEY + ENTRY_KEY + COLUMN_KEY + ("list_name", "position")))
+
+
 @dataclass
 class _File:
     name: str
-    parts: list[_Part] = dataclasses.field(default_factory=list)
+    index: int
+    keep: tuple[str, ...]
+    parts: list[pa.Table] = dataclasses.field(default_factory=list)
+    fingerprints: list = dataclasses.field(default_factory=list)
     runs: list[tuple[int, dict]] = dataclasses.field(default_factory=list)
     ends: list[tuple[int, dict]] = dataclasses.field(default_factory=list)
+    run_lines: dict[str, int] = dataclasses.field(default_factory=dict)  # run_id -> line of its first record
+    results: int = 0
 
 
-def read_file(path: str | os.PathLike, want_fingerprints: bool = False) -> _File:
-    """Parse one results file and check each record (see the module docstring); the checks
-    that need every row (vocabularies, ranges, run records before their rows) come after."""
-    name = os.fspath(path)
-    out = _File(name)
-    try:
-        with open(path, "rb") as f:
-            for data, offset, lineno in _chunks(f, name):
-                part = _parse_chunk(data, offset, lineno, name, want_fingerprints)
-                out.parts.append(part)
-                for line, rec in part.others:
-                    (out.runs if rec["record"] == "run" else out.ends).append((line, rec))
-    except OSError as exc:
-        raise _fail(name, None, f"cannot read ({exc.strerror or exc})") from None
-    if not out.runs and not out.ends and not any(p.table.num_rows for p in out.parts):
-        raise _fail(name, None, "empty file (no records)")
-    return out
+class _Inline:
+    """Runs a task at once (no worker threads): the same interface as an executor."""
+
+    def submit(self, fn, *args) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever asks for the result
+            future.set_exception(exc)
+        return future
 
 
-def _first_semantic_problem(table: pa.Table, run_lines: np.ndarray) -> tuple[int, str] | None:
+def _normalise(table: pa.Table) -> pa.Table:
+    """Rows written before phases (schema 1) or the compile axis (schemas 1, 2) have neither;
+    a missing doc version is the installed torch's, like an empty one."""
+    for name, value in (("phase", DEFAULT_PHASE), ("compile", DEFAULT_COMPILE), ("doc_version", "")):
+        column = table.column(name)
+        if column.null_count:
+            table = table.set_column(table.schema.get_field_index(name), name, pc.fill_null(column, value))
+    return table
+
+
+def _first_semantic_problem(table: pa.Table, lines: np.ndarray, run_lines: np.ndarray) -> tuple[int, str] | None:
     """(row, problem) for the first row of ``table`` (TABLE_SCHEMA, normalised) that a
-    column-wise check rejects; ``run_lines``: per row, the line of its run's record in its file
-    (-1: none)."""
-    checks = []
-    for name in _NON_EMPTY:
-        checks.append(pc.equal(table.column(name), ""))
+    column-wise check rejects; ``run_lines``: per row, the line of its run's record (-1: none)."""
+    checks = [pc.equal(table.column(name), "") for name in _NON_EMPTY]
     checks.append(pc.invert(pc.is_in(table.column("verdict"), value_set=pa.array(list(VERDICTS)))))
     checks.append(pc.invert(pc.is_in(table.column("mode"), value_set=pa.array(list(MODES)))))
     checks.append(pc.invert(pc.is_in(table.column("phase"), value_set=pa.array(list(PHASES)))))
@@ -809,18 +871,17 @@ def _first_semantic_problem(table: pa.Table, run_lines: np.ndarray) -> tuple[int
     checks.append(pc.fill_null(pc.invert(pc.and_(pc.is_finite(duration), pc.greater_equal(duration, 0.0))), False))
     for name in ("examples", "runs", "examples_differing", "examples_not_differing"):
         checks.append(pc.fill_null(pc.less(table.column(name), 0), False))
-    bad = np.zeros(table.num_rows, dtype=bool)
+    bad = (run_lines < 0) | (run_lines > lines)
     for check in checks:
         bad |= np.asarray(check.combine_chunks() if isinstance(check, pa.ChunkedArray) else check, dtype=bool)
-    bad |= (run_lines < 0) | (run_lines > table.column("line").to_numpy())
     if not bad.any():
         return None
     row = int(np.argmax(bad))
     rec = {n: table.column(n)[row].as_py() for n in table.column_names}
-    return row, _semantic_problem(rec, int(run_lines[row]))
+    return row, _semantic_problem(rec)
 
 
-def _semantic_problem(rec: dict, run_line: int) -> str:
+def _semantic_problem(rec: dict) -> str:
     for name in _NON_EMPTY:
         if not rec[name]:
             return f"field {name!r} is empty"
@@ -846,45 +907,83 @@ def _semantic_problem(rec: dict, run_line: int) -> str:
     return f"result row of run {rec['run_id']!r} comes before any run record with that run_id"
 
 
-def _concat(files: list[_File], want_fingerprints: bool) -> tuple[pa.Table, list | None]:
-    tables, fingerprints = [], [] if want_fingerprints else None
-    for index, f in enumerate(files):
-        for part in f.parts:
-            if not part.table.num_rows:
-                continue
-            n = part.table.num_rows
-            tables.append(part.table.append_column("file", pa.array(np.full(n, index, dtype=np.int32)))
-                          .append_column("line", pa.array(part.lines))
-                          .append_column("start", pa.array(part.starts))
-                          .append_column("end", pa.array(part.ends)))
-            if want_fingerprints:
-                fingerprints += part.fingerprints
-    table = pa.concat_tables(tables)
-    # Rows written before phases (schema 1) or the compile axis (schemas 1, 2) have neither;
-    # a missing doc version is the installed torch's, like an empty one.
-    table = table.set_column(table.schema.get_field_index("phase"), "phase",
-                             pc.fill_null(table.column("phase"), DEFAULT_PHASE))
-    table = table.set_column(table.schema.get_field_index("compile"), "compile",
-                             pc.fill_null(table.column("compile"), DEFAULT_COMPILE))
-    table = table.set_column(table.schema.get_field_index("doc_version"), "doc_version",
-                             pc.fill_null(table.column("doc_version"), ""))
-    return table, fingerprints
+def _run_lines(table: pa.Table, run_lines: dict[str, int]) -> np.ndarray:
+    """Per row, the line of the first record of its run (-1: none yet)."""
+    encoded = pc.dictionary_encode(table.column("run_id")).combine_chunks()
+    lookup = np.asarray([run_lines.get(r, -1) for r in encoded.dictionary.to_pylist()] or [-1], dtype=np.int64)
+    return lookup[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
-def _run_lines(table: pa.Table, files: list[_File]) -> np.ndarray:
-    """Per row, the line of the first run record in its file with its run_id (-1: none)."""
-    run_ids = pc.dictionary_encode(table.column("run_id"))
-    dictionary = run_ids.chunk(0).dictionary.to_pylist() if run_ids.num_chunks else []
-    codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in run_ids.chunks])
-    file_index = table.column("file").to_numpy()
-    lookup = np.full((len(files), len(dictionary)), -1, dtype=np.int64)
-    position = {run_id: i for i, run_id in enumerate(dictionary)}
-    for index, f in enumerate(files):
-        for line, rec in reversed(f.runs):
-            i = position.get(rec["run_id"])
-            if i is not None:
-                lookup[index, i] = line
-    return lookup[file_index, codes]
+def _accept(out: _File, part: _Part, first_line: int) -> None:
+    """Take in a parsed chunk, in file order: its run and end records, then its result rows,
+    checked column-wise and cut down to the columns kept."""
+    for index, rec in part.others:
+        line = first_line + index
+        if rec["record"] == "run":
+            out.runs.append((line, rec))
+            out.run_lines.setdefault(rec["run_id"], line)
+        else:
+            if out.run_lines.get(rec["run_id"], line) >= line:
+                raise _fail(out.name, line, f"end record of run {rec['run_id']!r} comes before any run record "
+                                            "with that run_id")
+            out.ends.append((line, rec))
+    n = part.table.num_rows
+    if not n:
+        return
+    lines = part.lines + first_line
+    table = _normalise(part.table)
+    bad = _first_semantic_problem(table, lines, _run_lines(table, out.run_lines))
+    if bad is not None:
+        row, problem = bad
+        raise _fail(out.name, int(lines[row]), problem)
+    table = table.select(list(out.keep))
+    out.parts.append(table.append_column("file", pa.array(np.full(n, out.index, dtype=np.int32)))
+                     .append_column("line", pa.array(lines))
+                     .append_column("start", pa.array(part.starts))
+                     .append_column("end", pa.array(part.ends)))
+    if part.fingerprints is not None:
+        out.fingerprints += part.fingerprints
+    out.results += n
+
+
+def read_file(path: str | os.PathLike, want_fingerprints: bool = False, pool=None, ahead: int = 1, *,
+              index: int = 0, keep: Iterable[str] | None = None) -> _File:
+    """Read and check one results file (see the module docstring). Chunks are parsed by
+    ``pool`` (default: here), ``ahead`` chunks beyond the one awaited; problems are reported in
+    file order all the same. ``keep``: the result columns to keep (default: all)."""
+    name = os.fspath(path)
+    keep = tuple(TABLE_SCHEMA.names) if keep is None else tuple(dict.fromkeys((*_ALWAYS, *keep)))
+    out = _File(name, index, keep)
+    pool = pool or _Inline()
+    pending: collections.deque = collections.deque()
+    lines_before = 0
+
+    def collect() -> None:
+        nonlocal lines_before
+        try:
+            part = pending.popleft().result()
+        except _LineProblem as exc:
+            raise _fail(name, lines_before + exc.index + 1, exc.problem) from None
+        _accept(out, part, lines_before + 1)
+        lines_before += part.count
+
+    try:
+        with open(path, "rb") as f:
+            for data, offset in _chunks(f):
+                if data is None:
+                    while pending:
+                        collect()
+                    raise _fail(name, lines_before + 1, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
+                pending.append(pool.submit(_parse_chunk, data, offset, want_fingerprints))
+                while len(pending) > ahead:
+                    collect()
+            while pending:
+                collect()
+    except OSError as exc:
+        raise _fail(name, None, f"cannot read ({exc.strerror or exc})") from None
+    if not out.runs and not out.ends and not out.results:
+        raise _fail(name, None, "empty file (no records)")
+    return out
 
 
 def _group(table: pa.Table, names: tuple[str, ...], rows: np.ndarray | None = None) -> tuple[np.ndarray, int]:
@@ -909,51 +1008,69 @@ def _group(table: pa.Table, names: tuple[str, ...], rows: np.ndarray | None = No
     return inverse.reshape(-1), len(uniq)
 
 
+def _take(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """``table.take(rows)`` as contiguous columns, one column at a time (a take across the
+    chunks of each file costs many times more, and the whole table is never held twice)."""
+    indices = pa.array(rows)
+    names = table.column_names
+    columns = []
+    for _ in names:
+        columns.append(table.column(0).combine_chunks().take(indices))
+        table = table.remove_column(0)
+    return pa.Table.from_arrays(columns, names=names)
+
+
+#: What ``diff`` keeps of each row (besides what merging and ordering need).
+DIFF_COLUMNS = ("verdict", "expected", "has_fingerprints")
+
+
 def load(paths: Iterable[str | os.PathLike] | str | os.PathLike, key: tuple[str, ...] = MERGE_KEY, *,
-         fingerprints: bool = False) -> Results:
+         fingerprints: bool = False, columns: Iterable[str] | None = None) -> Results:
     """Read, validate and merge results files; a later file/line wins for a repeated ``key``.
 
     Rows come back in matrix order: entries (see :func:`entry_sort_key`; an entry's list,
     position, op, sentence and promise are those of its latest row), then torch version,
     device, mode, compile setting. ``fingerprints=True`` also takes a digest of each row's
-    ``detail.fingerprints`` (for ``diff``).
+    ``detail.fingerprints`` (for ``diff``); ``columns`` names the result columns to keep
+    (default: all; every row is checked whatever is kept).
     """
-    with gc_paused():
-        return _load(paths, key, fingerprints)
+    try:
+        with gc_paused():
+            return _load(paths, key, fingerprints, columns)
+    finally:
+        pa.default_memory_pool().release_unused()
 
 
-def _load(paths, key: tuple[str, ...], want_fingerprints: bool) -> Results:
+def _load(paths, key: tuple[str, ...], want_fingerprints: bool, columns) -> Results:
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not paths:
         raise ResultsError("no results files given")
     names = [os.fspath(p) for p in paths]
-    files = [read_file(p, want_fingerprints) for p in paths]
-    inputs = [{"path": f.name, "results": sum(p.table.num_rows for p in f.parts), "runs": len(f.runs),
-               "ends": len(f.ends)} for f in files]
-
-    # End records close a run of their file that started before them.
-    for f in files:
-        started = {}
-        for line, rec in f.runs:
-            started.setdefault(rec["run_id"], line)
-        for line, rec in f.ends:
-            if started.get(rec["run_id"], line) >= line:
-                raise _fail(f.name, line, f"end record of run {rec['run_id']!r} comes before any run record "
-                                          "with that run_id")
+    workers = min(READ_THREADS, os.cpu_count() or 1)
+    pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="reports-read") if workers > 1 else None
+    try:
+        files = [read_file(p, want_fingerprints, pool, ahead=workers, index=i, keep=columns)
+                 for i, p in enumerate(paths)]
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    inputs = [{"path": f.name, "results": f.results, "runs": len(f.runs), "ends": len(f.ends)} for f in files]
     runs_by_id: dict[str, dict] = {}
     for f in files:
         for _, rec in f.runs:
             runs_by_id.pop(rec["run_id"], None)  # a repeated run id: the later record wins
             runs_by_id[rec["run_id"]] = rec
     ends = [rec for f in files for _, rec in f.ends]
-    if not any(i["results"] for i in inputs):
+    if not any(f.results for f in files):
         raise NoResults(f"{', '.join(names)}: no result records")
 
-    table, digests = _concat(files, want_fingerprints)
-    bad = _first_semantic_problem(table, _run_lines(table, files))
-    if bad is not None:
-        row, problem = bad
-        raise _fail(names[table.column("file")[row].as_py()], table.column("line")[row].as_py(), problem)
+    tables = []
+    for f in files:
+        tables += f.parts
+        f.parts = []
+    table = pa.concat_tables(tables)
+    del tables
+    digests = [d for f in files for d in f.fingerprints] if want_fingerprints else None
 
     # Merge: the last row of each key wins (the table is in the order read).
     n = table.num_rows
@@ -966,7 +1083,8 @@ def _load(paths, key: tuple[str, ...], want_fingerprints: bool) -> Results:
     entry_of, n_entries = _group(table, ENTRY_KEY, kept)
     latest = np.full(n_entries, -1, dtype=np.int64)
     np.maximum.at(latest, entry_of, kept)
-    attributes = table.select(list(ENTRY_ATTRIBUTES)).take(latest).to_pylist()
+    available = [c for c in ENTRY_ATTRIBUTES if c in table.column_names]
+    attributes = table.select(available).take(latest).to_pylist()
     entry_order = sorted(range(n_entries), key=lambda e: entry_sort_key(attributes[e]))
     entry_rank = np.empty(n_entries, dtype=np.int64)
     entry_rank[entry_order] = np.arange(n_entries)
@@ -982,9 +1100,15 @@ def _load(paths, key: tuple[str, ...], want_fingerprints: bool) -> Results:
     perm = np.lexsort((c_codes, e_codes))
     entries = pd.DataFrame([attributes[e] for e in entry_order], columns=list(ENTRY_ATTRIBUTES))
     entries = entries.astype({c: object for c in ENTRY_ATTRIBUTES if c != "position"})
+    order = kept[perm]
+    if digests is not None:
+        digests = np.frombuffer(b"".join(d or _NO_DIGEST for d in digests), dtype=f"S{DIGEST_BYTES}")[order]
+    # The sentence is the entry's (above); the rows do without it.
+    if "sentence" in table.column_names:
+        table = table.drop_columns(["sentence"])
+    table = table.append_column("seq", pa.array(np.arange(n, dtype=np.int64)))
     return Results(
-        table=table,
-        order=kept[perm],
+        table=_take(table, order),
         entry_codes=e_codes[perm],
         column_codes=c_codes[perm],
         runs=list(runs_by_id.values()),

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from reports.load import DEFAULT_COMPILE, PASSING, ROW_FIELDS, VERDICTS, Results
-from reports.safe import csv_arrow, csv_cell, md_cell, one_line
+from reports.safe import csv_arrow, csv_cell, holds_any, md_cell, one_line
 
 MISSING = "—"
 VERDICT_NAMES = tuple(VERDICTS)
@@ -60,6 +60,8 @@ _HEADINGS = {"source": "source", "doc_version": "doc version", "list_name": "lis
 PNG_MAX_ENTRIES = 200
 #: Beyond this many columns the picture shows the first ones.
 PNG_MAX_COLUMNS = 200
+#: Beyond this many columns, narrower ones.
+PNG_WIDE_COLUMNS = 24
 
 
 @dataclass
@@ -211,13 +213,19 @@ def write_csv(matrix: Matrix, results: Results, out: Path) -> None:
 _CSV_BATCH = 1 << 16
 
 
-def _csv_field(values: pa.Array) -> pa.Array:
+#: Columns whose words the loader checked against the vocabulary: nothing to neutralise or quote.
+_VOCABULARY_COLUMNS = frozenset({"mode", "phase", "compile", "verdict"})
+
+
+def _csv_field(name: str, values: pa.Array) -> pa.Array:
     """CSV text of one column: text neutralised (safe.csv_cell) and quoted where it holds a
     comma, quote or line break; numbers as numbers; missing values empty."""
+    if name in _VOCABULARY_COLUMNS:
+        return values
     if pa.types.is_string(values.type):
         values = csv_arrow(values)
-        quote = pc.fill_null(pc.match_substring_regex(values, '[,"\n\r]'), False)
-        if pc.any(quote).as_py():
+        if holds_any(values, b',"\n\r'):
+            quote = pc.fill_null(pc.match_substring_regex(values, '[,"\n\r]'), False)
             quoted = pc.binary_join_element_wise('"', pc.replace_substring(values, '"', '""'), '"', "")
             values = pc.if_else(quote, quoted, values)
     else:
@@ -231,9 +239,9 @@ def write_results_csv(results: Results, path: Path) -> None:
     table = results.table.select(list(ROW_FIELDS))
     with open(path, "wb") as f:
         f.write((",".join(ROW_FIELDS) + "\n").encode("utf-8"))
-        for start in range(0, len(results.order), _CSV_BATCH):
-            batch = table.take(results.order[start:start + _CSV_BATCH]).combine_chunks()
-            fields = [_csv_field(batch.column(name).chunk(0)) for name in ROW_FIELDS]
+        for start in range(0, len(results), _CSV_BATCH):
+            batch = table.slice(start, _CSV_BATCH).combine_chunks()
+            fields = [_csv_field(name, batch.column(name).chunk(0)) for name in ROW_FIELDS]
             lines = pc.binary_join_element_wise(pc.binary_join_element_wise(*fields, ","), "", "\n")
             _, offsets, data = lines.buffers()
             bounds = np.frombuffer(offsets, dtype=np.int32)[lines.offset:lines.offset + len(lines) + 1]
@@ -261,33 +269,48 @@ def _md_table(rows, headers, formats=None) -> str:
                     disable_numparse=True)
 
 
-def _md_matrix(entry_rows: list, entry_headers: list[str], formats: list, codes: np.ndarray,
-               labels: list[str]) -> str:
-    """The matrix as one GitHub Markdown table, the same text ``tabulate`` makes of it.
+def _md_column(header: str, cells: list[str]) -> tuple[str, str, list[str]]:
+    """One column of a GitHub Markdown table, as tabulate lays it out: the header's piece, the
+    rule's piece and each cell's piece (``" text |"``; a row is ``"|"`` and its pieces).
 
-    tabulate sizes and pads each column on its own (its table-wide switches -- wide
-    characters, invisible codes, multi-line cells -- are fixed here: cells are one line without
-    control characters). So the entry columns are tabulated as a table, and each verdict
-    column as a small table of its header and the few words it holds; every row is then the
-    entry row followed by the padded words of its cells."""
+    tabulate lays out each column on its own: cells stripped, the column as wide as its widest
+    cell and at least its header plus two, everything left-aligned. For printable ASCII that
+    is done here (the width of such text is its length); other text goes through tabulate,
+    which measures wide and combining characters."""
+    if header.isascii() and header.isprintable() and all(c.isascii() and c.isprintable() for c in cells):
+        stripped = [c.strip() for c in cells]
+        width = max(len(header) + 2, max(map(len, stripped), default=0))
+        return f" {header.ljust(width)} |", "-" * (width + 2) + "|", [f" {c.ljust(width)} |" for c in stripped]
     from tabulate import tabulate
 
-    head = _md_table(entry_rows, entry_headers, formats).split("\n")
-    lines = [head[0], head[1]]
-    pieces = []
-    words = np.array(list(VERDICT_NAMES) + [MISSING], dtype=object)
+    lines = tabulate([[c] for c in cells], headers=[header], tablefmt="github", disable_numparse=True).split("\n")
+    return lines[0][1:], lines[1][1:], [line[1:] for line in lines[2:]]
+
+
+def _md_matrix(entry_rows: list, entry_headers: list[str], formats: list, codes: np.ndarray,
+               labels: list[str]) -> str:
+    """The matrix as one GitHub Markdown table, the text ``tabulate`` makes of it: column by
+    column (:func:`_md_column`; the table-wide switches of tabulate -- wide characters,
+    invisible codes, multi-line cells -- are the same for every column here, since cells are
+    one line without control characters). A verdict column holds a few words: each is laid
+    out once."""
+    heads, rules, pieces = [], [], []
+    for header, fmt, values in zip(entry_headers, formats, zip(*entry_rows)):
+        head, rule, cells = _md_column(md_cell(header), [fmt(v) for v in values])
+        heads.append(head)
+        rules.append(rule)
+        pieces.append(cells)
+    words = list(VERDICT_NAMES) + [MISSING]
     for j, label in enumerate(labels):
-        present = sorted(set(np.unique(codes[:, j]).tolist()))
-        small = tabulate([[words[c]] for c in present], headers=[md_cell(label)], tablefmt="github",
-                         disable_numparse=True).split("\n")
-        lines[0] += small[0][1:]
-        lines[1] += small[1][1:]
+        present = np.unique(codes[:, j]).tolist()
+        head, rule, cells = _md_column(md_cell(label), [words[c] for c in present])
+        heads.append(head)
+        rules.append(rule)
         column = np.empty(len(words), dtype=object)
-        for c, line in zip(present, small[2:]):
-            column[c] = line[1:]
-        pieces.append(column[codes[:, j]])
-    tails = ["".join(row) for row in zip(*pieces)] if pieces else [""] * (len(head) - 2)
-    lines += [entry + tail for entry, tail in zip(head[2:], tails)]
+        column[present] = cells
+        pieces.append(column[codes[:, j]].tolist())
+    lines = ["|" + "".join(heads), "|" + "".join(rules)]
+    lines += ["|" + "".join(row) for row in zip(*pieces)]
     return "\n".join(lines)
 
 
@@ -477,9 +500,11 @@ def _shorten(text: str, width: int) -> str:
 def write_png(matrix: Matrix, out: Path, limit: int = PNG_MAX_ENTRIES) -> None:
     """Heatmap of the verdicts: entries down, device/mode across, one colour per verdict.
 
-    The figure grows with the matrix (0.2 inch a row). Beyond ``limit`` entries it shows a
-    selection (:func:`png_selection`: failing entries first) and says so in its title -- a
-    picture of thousands of rows cannot be read, the HTML and CSV hold every row.
+    The figure grows with the matrix (0.2 inch a row, 0.45 inch a column, 0.2 beyond
+    PNG_WIDE_COLUMNS columns). Beyond ``limit`` entries it shows a selection
+    (:func:`png_selection`: failing entries first) and beyond PNG_MAX_COLUMNS columns the first
+    ones, and says so in its title -- a picture of thousands of rows cannot be read, the HTML
+    and CSV hold every row.
     """
     # A bare Figure (no pyplot) renders with Agg and leaves the process's backend alone.
     from matplotlib.colors import ListedColormap
@@ -505,21 +530,25 @@ def write_png(matrix: Matrix, out: Path, limit: int = PNG_MAX_ENTRIES) -> None:
     char = 0.075
     left = 0.3 + max((len(s) for s in labels), default=10) * char
     top = 0.6 + max((len(s) for s in column_labels), default=8) * char
-    grid_w, grid_h = 0.45 * max(n_cols, 1), 0.2 * max(n_rows, 1)
+    # Narrower columns when there are many (the picture's cost grows with its pixels).
+    cell_w = 0.45 if n_cols <= PNG_WIDE_COLUMNS else 0.2
+    grid_w, grid_h = cell_w * max(n_cols, 1), 0.2 * max(n_rows, 1)
     groups_w = 0.3 + max((len(s) for s in group_labels), default=0) * char
     legend_w, legend_h = 2.8, 0.6 + 0.2 * (len(VERDICTS) + 1)
     width = left + grid_w + groups_w + legend_w
     height = max(top + grid_h + 0.3, top + legend_h)
     fig = Figure(figsize=(width, height), dpi=100)
     ax = fig.add_axes((left / width, (height - top - grid_h) / height, grid_w / width, grid_h / height))
-    ax.imshow(codes, cmap=cmap, vmin=-0.5, vmax=len(names) + 0.5, aspect="auto",
-              interpolation="nearest")
+    # The colours are looked up here, cell by cell (matplotlib would colour-map the picture
+    # after resampling it: every pixel).
+    palette = (cmap(np.arange(len(names) + 1)) * 255).round().astype(np.uint8)
+    ax.imshow(palette[codes], aspect="auto", interpolation="nearest")
     ax.set_xticks(range(n_cols), column_labels, rotation=90, parse_math=False, fontsize=8)
     ax.xaxis.tick_top()
     # Row labels as plain texts: a tick per row costs several artists each.
     ax.set_yticks([])
     for i, label in enumerate(labels):
-        ax.text(-0.5 - 0.05 / 0.45, i, label, fontsize=7, va="center", ha="right",
+        ax.text(-0.5 - 0.05 / cell_w, i, label, fontsize=7, va="center", ha="right",
                 parse_math=False, clip_on=False)
     # White lines between cells, black lines and a label at each (source, list) group.
     ax.vlines(np.arange(0.5, n_cols - 1), -0.5, n_rows - 0.5, colors="white", linewidth=0.6)
@@ -527,7 +556,7 @@ def write_png(matrix: Matrix, out: Path, limit: int = PNG_MAX_ENTRIES) -> None:
     for start, label in zip(group_starts, group_labels):
         if start:
             ax.axhline(start - 0.5, color="black", linewidth=1.0)
-        ax.text(n_cols - 0.5 + 0.15 / 0.45, start - 0.5, label, fontsize=7, va="top", ha="left",
+        ax.text(n_cols - 0.5 + 0.15 / cell_w, start - 0.5, label, fontsize=7, va="top", ha="left",
                 parse_math=False, clip_on=False)
 
     seen = set(np.unique(codes).tolist())

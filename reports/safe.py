@@ -39,16 +39,56 @@ def csv_column(values: list) -> list:
 
 
 def csv_arrow(values):
-    """A pyarrow string array with :func:`csv_cell` applied: cells that start like a formula are
-    found column-wise and passed through :func:`csv_cell` (the same rule, numbers excepted)."""
+    """A pyarrow string array with :func:`csv_cell` applied: cells whose first byte starts a
+    formula are found column-wise (on the array's buffers) and passed through
+    :func:`csv_cell` (the same rule, numbers excepted)."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    suspect = pc.fill_null(pc.match_substring_regex(values, "^[=+\\-@\t\r]"), False)
-    if not pc.any(suspect).as_py():
+    suspect = _starts_with_any(values, _FORMULA_START_BYTES)
+    if not suspect.any():
         return values
-    fixed = pa.array([csv_cell(v) for v in values.filter(suspect).to_pylist()], pa.string())
-    return pc.replace_with_mask(values, suspect, fixed)
+    mask = pa.array(suspect)
+    fixed = pa.array([csv_cell(v) for v in values.filter(mask).to_pylist()], pa.string())
+    return pc.replace_with_mask(values, mask, fixed)
+
+
+_FORMULA_START_BYTES = frozenset(c.encode()[0] for c in _FORMULA_START)
+
+
+def _string_parts(values):
+    """(offsets, bytes) of a pyarrow string array, as numpy arrays (no copy)."""
+    import numpy as np
+
+    _, offsets, data = values.buffers()
+    offsets = np.frombuffer(offsets, dtype=np.int32)[values.offset:values.offset + len(values) + 1]
+    data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
+    return offsets, data
+
+
+def _starts_with_any(values, first_bytes) -> "np.ndarray":
+    """Per cell of a pyarrow string array: does it start with one of ``first_bytes``?"""
+    import numpy as np
+
+    offsets, data = _string_parts(values)
+    starts = offsets[:-1]
+    nonempty = offsets[1:] > starts
+    out = np.zeros(len(values), dtype=bool)
+    if nonempty.any():
+        out[nonempty] = np.isin(data[starts[nonempty]], np.fromiter(first_bytes, dtype=np.uint8))
+    if values.null_count:
+        out &= np.asarray(values.is_valid(), dtype=bool)
+    return out
+
+
+def holds_any(values, chars: bytes) -> bool:
+    """Does any cell of a pyarrow string array hold one of the ASCII ``chars``?"""
+    import numpy as np
+
+    offsets, data = _string_parts(values)
+    used = data[int(offsets[0]):int(offsets[-1])] if len(offsets) else data[:0]
+    return bool(np.isin(used, np.frombuffer(chars, dtype=np.uint8)).any())
 
 
 def csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
