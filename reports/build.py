@@ -11,6 +11,7 @@ taken by a folder, or by one of the input files, stops the build before anything
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Iterable
 
 from reports.load import gc_paused, load
-from reports.matrix import Matrix, write_csv, write_html, write_markdown, write_png
+from reports.matrix import Matrix, write_html, write_markdown, write_matrix_csv, write_png, write_results_csv
 from reports.output import OutputError, check_out_dir, check_targets
 from reports.summary import summary_data
 
@@ -121,17 +122,26 @@ def _build(paths, out_dir) -> BuildResult:
 
 
 def _write(matrix: Matrix, results, tmp: Path, lap) -> dict:
-    """Every report file into ``tmp``; returns the summary."""
-    write_csv(matrix, results, tmp)
-    lap("csv")
-    write_markdown(matrix, results, tmp)
-    lap("markdown")
-    write_html(matrix, results, tmp)
-    lap("html")
-    summary = summary_data(matrix, results)
-    text = json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    (tmp / "summary.json").write_text(text, encoding="utf-8")
-    lap("summary")
-    write_png(matrix, tmp)
-    lap("png")
+    """Every report file into ``tmp``; returns the summary. ``results.csv`` is written by a
+    second thread meanwhile: it is pyarrow's work, which lets go of the interpreter."""
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="reports-csv") as pool:
+        long_form = pool.submit(write_results_csv, results, tmp / "results.csv")
+        try:
+            write_matrix_csv(matrix, tmp)
+            lap("matrix.csv")
+            write_markdown(matrix, results, tmp)
+            lap("markdown")
+            write_html(matrix, results, tmp)
+            lap("html")
+            write_png(matrix, tmp)
+            lap("png")
+            summary = summary_data(matrix, results)
+            text = json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+            (tmp / "summary.json").write_text(text, encoding="utf-8")
+            lap("summary")
+        except BaseException:
+            long_form.exception()  # wait for it; the first failure is the one reported
+            raise
+        long_form.result()
+        lap("results.csv")
     return summary

@@ -35,7 +35,7 @@ import pandas as pd
 
 from reports.load import ResultsError
 from reports.output import ArgumentParser, check_out_dir, emit, write_files
-from reports.safe import csv_frame, md_frame, terminal
+from reports.safe import csv_table, md_frame, terminal
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "published" / "drift"
 DEFAULT_HISTORY = DEFAULT_OUT / "spec-history.jsonl"
@@ -191,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_out_dir(args.out)
         events, history, versions = build(args.history)
         out = write_files(args.out, {
-            "drift.csv": csv_frame(events).to_csv(index=False, lineterminator="\n"),
+            "drift.csv": csv_table(events),
             "drift.md": render_markdown(events, history, versions),
         })
         emit(terminal(f"wrote {out / 'drift.md'} and {out / 'drift.csv'} ({len(events)} changes)"))

@@ -38,6 +38,7 @@ import math
 import mmap
 import os
 import re
+import sys
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -331,6 +332,53 @@ def _too_deep(line: bytes) -> bool:
     return line.count(b"[") + line.count(b"{") > MAX_DEPTH and _depth(line) > MAX_DEPTH
 
 
+class _Chunk:
+    """Whole lines of a file in the first ``size`` bytes of a reusable buffer."""
+
+    __slots__ = ("buf", "size")
+
+    def __init__(self, buf: bytearray, size: int):
+        self.buf, self.size = buf, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index):
+        """A byte (an int) or the bytes of a slice (a copy)."""
+        if isinstance(index, slice):
+            start, stop, _ = index.indices(self.size)
+            return bytes(self.buf[start:stop])
+        if index < 0:
+            index += self.size
+        if not 0 <= index < self.size:
+            raise IndexError(index)
+        return self.buf[index]
+
+    def array(self) -> np.ndarray:
+        return np.frombuffer(self.buf, dtype=np.uint8, count=self.size)
+
+    def view(self) -> memoryview:
+        return memoryview(self.buf)[:self.size]
+
+    def find(self, sub: bytes) -> int:
+        return self.buf.find(sub, 0, self.size)
+
+    def count(self, sub: bytes) -> int:
+        return self.buf.count(sub, 0, self.size)
+
+    def isascii(self) -> bool:
+        return not self.size or int(self.array().max()) < 0x80
+
+    def valid_utf8(self) -> bool:
+        """UTF-8 throughout, checked by Arrow on the buffer in place."""
+        offsets = pa.py_buffer(np.array([0, self.size], dtype=np.int32))
+        try:
+            pa.StringArray.from_buffers(1, offsets, pa.py_buffer(self.view())).validate(full=True)
+        except pa.ArrowInvalid:
+            return False
+        return True
+
+
 @dataclass
 class _Lines:
     """The lines of a chunk: spans of their text with surrounding whitespace stripped."""
@@ -344,9 +392,9 @@ class _Lines:
         return len(self.starts)
 
 
-def _split(data) -> _Lines:
+def _split(data: _Chunk) -> _Lines:
     """Line spans of a chunk (vectorised; lines not shaped ``{...}`` are measured one by one)."""
-    arr = np.frombuffer(data, dtype=np.uint8)
+    arr = data.array()
     newlines = np.flatnonzero(arr == 10)
     if len(data) and data[-1] != 10:
         ends = np.append(newlines, len(data))
@@ -366,7 +414,7 @@ def _split(data) -> _Lines:
         starts, ends = starts.copy(), ends.copy()
         for i in np.flatnonzero(irregular).tolist():
             s, e = int(starts[i]), int(ends[i])
-            line = bytes(data[s:e])
+            line = data[s:e]
             stripped = line.strip()
             if not stripped:
                 starts[i] = ends[i] = s
@@ -376,17 +424,17 @@ def _split(data) -> _Lines:
     return _Lines(starts, ends, longest)
 
 
-def _deep_lines(data, lines: _Lines) -> bool:
+def _deep_lines(data: _Chunk, lines: _Lines) -> bool:
     """True when some line nests deeper than MAX_DEPTH. Opening brackets are counted per line
     (numpy: ``[`` and ``{`` are the bytes that ``| 0x20`` makes 0x7b); a line with more than
     MAX_DEPTH of them is scanned."""
-    arr = np.frombuffer(data, dtype=np.uint8)
+    arr = data.array()
     opening = np.flatnonzero((arr | 0x20) == 0x7B)
     if len(opening) <= MAX_DEPTH:
         return False
     counts = np.bincount(np.searchsorted(lines.ends, opening), minlength=lines.count + 1)
     for i in np.flatnonzero(counts > MAX_DEPTH).tolist():
-        if i < lines.count and _depth(bytes(data[lines.starts[i]:lines.ends[i]])) > MAX_DEPTH:
+        if i < lines.count and _depth(data[lines.starts[i]:lines.ends[i]]) > MAX_DEPTH:
             return True
     return False
 
@@ -405,6 +453,7 @@ class _Part:
     ends: np.ndarray
     others: list[tuple[int, dict]]
     count: int
+    newline_after: np.ndarray | None = None  # per result row: its text is followed by a newline
     fingerprints: list | None = None  # per result row: digest of its fingerprints, or None
 
 
@@ -432,23 +481,20 @@ _RECORD_KINDS = pa.array(["result", "run", "end"])
 _SCHEMAS = pa.array(list(READABLE_SCHEMAS), pa.int64())
 
 
-def _read_fast(data: bytes, lines: _Lines) -> tuple[pa.Table, pa.Table, np.ndarray, np.ndarray] | None:
+def _read_fast(data: _Chunk, lines: _Lines) -> tuple[pa.Table, pa.Table, np.ndarray, np.ndarray] | None:
     """The chunk's records parsed by pyarrow, its result records, which lines the records
     are, and which of them are results; None when the chunk needs the line-by-line reading
     (see the module docstring)."""
-    if lines.longest > MAX_LINE_BYTES or b"\xef\xbb\xbf" in data or b"\x00" in data:
+    if lines.longest > MAX_LINE_BYTES or data.find(b"\x00") >= 0:
         return None
-    if not data.isascii():
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
+    if not data.isascii() and (not data.valid_utf8() or data.find(b"\xef\xbb\xbf") >= 0):
+        return None  # (a byte-order mark is not ASCII)
     if _deep_lines(data, lines):
         return None
     rows = np.flatnonzero(lines.ends > lines.starts)
     try:
         table = pj.read_json(
-            pa.py_buffer(data),
+            pa.py_buffer(data.view()),
             read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, 2 * lines.longest + 2)),
             parse_options=pj.ParseOptions(explicit_schema=PARSE_SCHEMA, unexpected_field_behavior="ignore"),
         )
@@ -474,7 +520,15 @@ def _read_fast(data: bytes, lines: _Lines) -> tuple[pa.Table, pa.Table, np.ndarr
     return table, results, rows, is_result
 
 
-def _parse_chunk(data, base: int, want_fingerprints: bool) -> _Part:
+def _newline_after(data: _Chunk, ends: np.ndarray) -> np.ndarray:
+    arr = data.array()
+    out = np.zeros(len(ends), dtype=bool)
+    inside = ends < len(data)
+    out[inside] = arr[ends[inside]] == 10
+    return out
+
+
+def _parse_chunk(data: _Chunk, base: int, want_fingerprints: bool) -> _Part:
     """The records of a chunk of whole lines that starts at byte ``base`` of its file. Runs in
     a worker thread; a bad line raises :class:`_LineProblem`."""
     lines = _split(data)
@@ -501,13 +555,14 @@ def _parse_chunk(data, base: int, want_fingerprints: bool) -> _Part:
         ends=lines.ends[result_rows] + base,
         others=others,
         count=lines.count,
+        newline_after=_newline_after(data, lines.ends[result_rows]),
     )
     if want_fingerprints:
         part.fingerprints = _fingerprint_digests(data, lines, result_rows, part.table.column("has_fingerprints"))
     return part
 
 
-def _read_slow(data, lines: _Lines, base: int, want_fingerprints: bool) -> _Part:
+def _read_slow(data: _Chunk, lines: _Lines, base: int, want_fingerprints: bool) -> _Part:
     """Line by line with Python's json: the first bad line raises; otherwise the same part as
     the fast reading."""
     columns: dict[str, list] = {n: [] for n in TABLE_SCHEMA.names}
@@ -517,7 +572,7 @@ def _read_slow(data, lines: _Lines, base: int, want_fingerprints: bool) -> _Part
         if s == e:
             continue
         lineno = i
-        line = bytes(data[s:e])
+        line = data[s:e]
         if len(line) > MAX_LINE_BYTES:
             raise _LineProblem(lineno, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
         if b"\x00" in line:
@@ -566,33 +621,34 @@ def _read_slow(data, lines: _Lines, base: int, want_fingerprints: bool) -> _Part
         ends=np.asarray(ends, dtype=np.int64),
         others=others,
         count=lines.count,
+        newline_after=_newline_after(data, np.asarray(ends, dtype=np.int64) - base),
         fingerprints=digests if want_fingerprints else None,
     )
 
 
-def _chunks(f) -> Iterator[tuple[bytearray | None, int]]:
-    """``(data, offset)`` for consecutive chunks of whole lines of a file, each read straight
-    into its own buffer; ``data`` is None where a line longer than MAX_LINE_BYTES starts."""
+def _chunks(f, buffer) -> Iterator[tuple[_Chunk | None, int]]:
+    """``(chunk, offset)`` for consecutive chunks of whole lines of a file, each read straight
+    into a buffer from ``buffer(size)``; the chunk is None where a line longer than
+    MAX_LINE_BYTES starts."""
     carry = b""
     offset = 0
     while True:
-        data = bytearray(len(carry) + CHUNK_BYTES)
-        data[:len(carry)] = carry
-        size = len(carry) + f.readinto(memoryview(data)[len(carry):])
+        buf = buffer(len(carry) + CHUNK_BYTES)
+        buf[:len(carry)] = carry
+        size = len(carry) + f.readinto(memoryview(buf)[len(carry):len(carry) + CHUNK_BYTES])
         if size == len(carry):  # end of file
             if carry:
-                yield bytearray(carry), offset
+                yield _Chunk(buf, size), offset
             return
-        cut = data.rfind(b"\n", 0, size) + 1
+        cut = buf.rfind(b"\n", 0, size) + 1
         if cut == 0:
             if size > MAX_LINE_BYTES:
                 yield None, offset
                 return
-            carry = bytes(data[:size])
+            carry = bytes(buf[:size])
             continue
-        carry = bytes(data[cut:size])
-        del data[cut:]
-        yield data, offset
+        carry = bytes(buf[cut:size])
+        yield _Chunk(buf, cut), offset
         offset += cut
         if len(carry) > MAX_LINE_BYTES:
             yield None, offset
@@ -623,11 +679,11 @@ def _canonical_digest(fingerprints) -> bytes:
     return _digest(json.dumps(fingerprints, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass"))
 
 
-def _fingerprint_digests(data, lines: _Lines, result_rows: np.ndarray, has: pa.ChunkedArray) -> list:
+def _fingerprint_digests(data: _Chunk, lines: _Lines, result_rows: np.ndarray, has: pa.ChunkedArray) -> list:
     """Per result row of a chunk: a digest of the text of its ``detail.fingerprints`` (equal
     digests: equal objects), or None where it has none."""
     bounds = np.append(lines.starts, len(data)).astype(np.int32)
-    every_line = pa.StringArray.from_buffers(lines.count, pa.py_buffer(bounds), pa.py_buffer(data))
+    every_line = pa.StringArray.from_buffers(lines.count, pa.py_buffer(bounds), pa.py_buffer(data.view()))
     rows = every_line.take(pa.array(result_rows))
     has = np.asarray(has.combine_chunks() if isinstance(has, pa.ChunkedArray) else has, dtype=bool)
     capture = pc.struct_field(pc.extract_regex(rows, _FP_PATTERN), "fp")
@@ -650,7 +706,7 @@ def _fingerprint_digests(data, lines: _Lines, result_rows: np.ndarray, has: pa.C
             out.append(_digest(texts[k]))
         else:
             i = int(result_rows[k])
-            rec = json.loads(bytes(data[lines.starts[i]:lines.ends[i]]))
+            rec = json.loads(data[lines.starts[i]:lines.ends[i]])
             out.append(_canonical_digest(rec["detail"]["fingerprints"]))
     return out
 
@@ -737,23 +793,27 @@ class Results:
 
     def digest(self) -> str:
         """:func:`rows_digest` of the rows, hashed straight from the mapped files (each row's
-        span, then a newline), a batch of rows at a time."""
+        text and the newline after it), a batch of rows at a time."""
         h = hashlib.sha256()
         update = h.update
         files = self.table.column("file").to_numpy()
         starts = self.table.column("start").to_numpy()
         ends = self.table.column("end").to_numpy()
+        newline = self.table.column("newline_after").to_numpy(zero_copy_only=False)
+        used = sorted(set(np.unique(files).tolist()))
         batch = 1 << 16
         with _Mapped(self.paths) as maps:
-            views = [memoryview(maps[i]) for i in sorted(set(np.unique(files).tolist()))]
-            index = {f: k for k, f in enumerate(sorted(set(np.unique(files).tolist())))}
-            views = [views[index[f]] if f in index else None for f in range(len(self.paths))]
+            views = [memoryview(maps[f]) if f in used else None for f in range(len(self.paths))]
             try:
                 for first in range(0, len(files), batch):
                     part = slice(first, first + batch)
-                    for f, s, e in zip(files[part].tolist(), starts[part].tolist(), ends[part].tolist()):
-                        update(views[f][s:e])
-                        update(b"\n")
+                    f, s, e = files[part].tolist(), starts[part].tolist(), ends[part]
+                    if newline[part].all():  # the usual case: hash each line with its newline
+                        for fi, si, ei in zip(f, s, (e + 1).tolist()):
+                            update(views[fi][si:ei])
+                    else:
+                        for fi, si, ei, nl in zip(f, s, e.tolist(), newline[part].tolist()):
+                            update(views[fi][si:ei + 1] if nl else bytes(views[fi][si:ei]) + b"\n")
                     maps.release()
             finally:
                 for view in views:
@@ -940,41 +1000,55 @@ def _accept(out: _File, part: _Part, first_line: int) -> None:
     out.parts.append(table.append_column("file", pa.array(np.full(n, out.index, dtype=np.int32)))
                      .append_column("line", pa.array(lines))
                      .append_column("start", pa.array(part.starts))
-                     .append_column("end", pa.array(part.ends)))
+                     .append_column("end", pa.array(part.ends))
+                     .append_column("newline_after", pa.array(part.newline_after)))
     if part.fingerprints is not None:
         out.fingerprints += part.fingerprints
     out.results += n
 
 
 def read_file(path: str | os.PathLike, want_fingerprints: bool = False, pool=None, ahead: int = 1, *,
-              index: int = 0, keep: Iterable[str] | None = None) -> _File:
+              index: int = 0, keep: Iterable[str] | None = None, free: list | None = None) -> _File:
     """Read and check one results file (see the module docstring). Chunks are parsed by
     ``pool`` (default: here), ``ahead`` chunks beyond the one awaited; problems are reported in
-    file order all the same. ``keep``: the result columns to keep (default: all)."""
+    file order all the same. ``keep``: the result columns to keep (default: all); ``free``:
+    buffers to read chunks into (those of chunks taken in go back there)."""
     name = os.fspath(path)
     keep = tuple(TABLE_SCHEMA.names) if keep is None else tuple(dict.fromkeys((*_ALWAYS, *keep)))
     out = _File(name, index, keep)
     pool = pool or _Inline()
     pending: collections.deque = collections.deque()
     lines_before = 0
+    free = [] if free is None else free  # buffers of chunks already taken in, to read the next ones into
+
+    def buffer(size: int) -> bytearray:
+        for k, buf in enumerate(free):
+            if len(buf) >= size:
+                return free.pop(k)
+        return bytearray(max(size, CHUNK_BYTES + (1 << 20)))
 
     def collect() -> None:
         nonlocal lines_before
+        future, chunk = pending.popleft()
         try:
-            part = pending.popleft().result()
+            part = future.result()
         except _LineProblem as exc:
             raise _fail(name, lines_before + exc.index + 1, exc.problem) from None
         _accept(out, part, lines_before + 1)
         lines_before += part.count
+        buf, chunk.buf = chunk.buf, None
+        if sys.getrefcount(buf) == 2:  # nothing made from the chunk still points into it
+            free.append(buf)
 
     try:
         with open(path, "rb") as f:
-            for data, offset in _chunks(f):
+            for data, offset in _chunks(f, buffer):
                 if data is None:
                     while pending:
                         collect()
                     raise _fail(name, lines_before + 1, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
-                pending.append(pool.submit(_parse_chunk, data, offset, want_fingerprints))
+                pending.append((pool.submit(_parse_chunk, data, offset, want_fingerprints), data))
+                del data
                 while len(pending) > ahead:
                     collect()
             while pending:
@@ -1008,15 +1082,19 @@ def _group(table: pa.Table, names: tuple[str, ...], rows: np.ndarray | None = No
     return inverse.reshape(-1), len(uniq)
 
 
-def _take(table: pa.Table, rows: np.ndarray) -> pa.Table:
-    """``table.take(rows)`` as contiguous columns, one column at a time (a take across the
-    chunks of each file costs many times more, and the whole table is never held twice)."""
+def _take(holder: list, rows: np.ndarray) -> pa.Table:
+    """``table.take(rows)`` of the one table in ``holder`` (which gives it up), as contiguous
+    columns, one column at a time: a take across the chunks of each file costs many times
+    more, and each column read is let go of as soon as it is taken."""
+    table = holder.pop()
     indices = pa.array(rows)
     names = table.column_names
     columns = []
+    pool = pa.default_memory_pool()
     for _ in names:
         columns.append(table.column(0).combine_chunks().take(indices))
         table = table.remove_column(0)
+        pool.release_unused()  # what the column held goes back to the system, not to a cache
     return pa.Table.from_arrays(columns, names=names)
 
 
@@ -1048,8 +1126,9 @@ def _load(paths, key: tuple[str, ...], want_fingerprints: bool, columns) -> Resu
     names = [os.fspath(p) for p in paths]
     workers = min(READ_THREADS, os.cpu_count() or 1)
     pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="reports-read") if workers > 1 else None
+    free: list[bytearray] = []
     try:
-        files = [read_file(p, want_fingerprints, pool, ahead=workers, index=i, keep=columns)
+        files = [read_file(p, want_fingerprints, pool, ahead=workers, index=i, keep=columns, free=free)
                  for i, p in enumerate(paths)]
     finally:
         if pool is not None:
@@ -1106,9 +1185,10 @@ def _load(paths, key: tuple[str, ...], want_fingerprints: bool, columns) -> Resu
     # The sentence is the entry's (above); the rows do without it.
     if "sentence" in table.column_names:
         table = table.drop_columns(["sentence"])
-    table = table.append_column("seq", pa.array(np.arange(n, dtype=np.int64)))
+    holder = [table.append_column("seq", pa.array(np.arange(n, dtype=np.int64)))]
+    del table
     return Results(
-        table=_take(table, order),
+        table=_take(holder, order),
         entry_codes=e_codes[perm],
         column_codes=c_codes[perm],
         runs=list(runs_by_id.values()),

@@ -9,7 +9,6 @@ Python, so a matrix of a million cells is written in about a second.
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from reports.load import DEFAULT_COMPILE, PASSING, ROW_FIELDS, VERDICTS, Results
-from reports.safe import csv_arrow, csv_cell, holds_any, md_cell, one_line
+from reports.safe import csv_arrow, csv_text, holds_any, md_cell, one_line
 
 MISSING = "—"
 VERDICT_NAMES = tuple(VERDICTS)
@@ -199,14 +198,19 @@ def describe_run(run: dict) -> dict[str, str]:
 
 def write_csv(matrix: Matrix, results: Results, out: Path) -> None:
     """``matrix.csv`` (one row per entry) and ``results.csv`` (one row per kept result row)."""
-    entry_cells = [[csv_cell(v) for v in column] for column in
-                   (matrix.entries[c].tolist() for c in ENTRY_COLUMNS)]
-    verdicts = np.array(list(VERDICT_NAMES) + [""], dtype=object)[matrix.codes]
-    with open(out / "matrix.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow([csv_cell(c) for c in ENTRY_COLUMNS] + [csv_cell(label) for label in matrix.labels])
-        writer.writerows(attrs + cells for attrs, cells in zip(map(list, zip(*entry_cells)), verdicts.tolist()))
+    write_matrix_csv(matrix, out)
     write_results_csv(results, out / "results.csv")
+
+
+def write_matrix_csv(matrix: Matrix, out: Path) -> None:
+    """``matrix.csv``: one row per entry, one column per label."""
+    entry_cells = [[csv_text(v) for v in matrix.entries[c].tolist()] for c in ENTRY_COLUMNS]
+    verdicts = np.array(list(VERDICT_NAMES) + [""], dtype=object)[matrix.codes]  # words: nothing to quote
+    header = [csv_text(c) for c in ENTRY_COLUMNS] + [csv_text(label) for label in matrix.labels]
+    with open(out / "matrix.csv", "w", newline="", encoding="utf-8") as f:
+        f.write(",".join(header) + "\n")
+        f.writelines(",".join(attrs) + "," + ",".join(cells) + "\n"
+                     for attrs, cells in zip(zip(*entry_cells), verdicts.tolist()))
 
 
 #: Rows of ``results.csv`` made at a time.
@@ -493,6 +497,11 @@ def png_selection(matrix: Matrix, limit: int = PNG_MAX_ENTRIES) -> np.ndarray:
     return np.sort(np.concatenate([failing, others]))
 
 
+def _png_text(value) -> str:
+    """A label for the picture: one line, control characters and tabs shown as ``?``."""
+    return one_line(value).replace("\t", "?")
+
+
 def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -514,17 +523,17 @@ def write_png(matrix: Matrix, out: Path, limit: int = PNG_MAX_ENTRIES) -> None:
     selected = png_selection(matrix, limit)
     shown_columns = min(len(matrix.columns), PNG_MAX_COLUMNS)
     codes = matrix.codes[selected][:, :shown_columns].astype(np.int64)
-    column_labels = matrix.labels[:shown_columns]
+    column_labels = [_png_text(label) for label in matrix.labels[:shown_columns]]
     names = VERDICT_NAMES
     cmap = ListedColormap([COLOURS[v] for v in names] + [MISSING_COLOUR])
 
     n_rows, n_cols = codes.shape
-    labels = [_shorten(str(s), 60) for s in matrix.entries["entry_id"].to_numpy()[selected]]
+    labels = [_shorten(_png_text(s), 60) for s in matrix.entries["entry_id"].to_numpy()[selected]]
     sources = matrix.entries["source"].to_numpy()[selected]
     lists = matrix.entries["list_name"].to_numpy()[selected]
     group_starts = [i for i in range(n_rows)
                     if i == 0 or (sources[i], lists[i]) != (sources[i - 1], lists[i - 1])]
-    group_labels = [_shorten(f"{sources[i]} · {lists[i]}", 40) for i in group_starts]
+    group_labels = [_shorten(_png_text(f"{sources[i]} · {lists[i]}"), 40) for i in group_starts]
 
     # Sizes in inches: label areas grow with the longest label, the grid with the matrix.
     char = 0.075

@@ -16,7 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["csv_arrow", "csv_cell", "csv_column", "csv_frame", "md_cell", "md_frame", "one_line", "terminal"]
+__all__ = ["csv_arrow", "csv_cell", "csv_column", "csv_frame", "csv_table", "csv_text", "md_cell", "md_frame",
+           "one_line", "terminal"]
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -36,6 +37,25 @@ def csv_column(values: list) -> list:
     if any(isinstance(v, str) and v.startswith(_FORMULA_START) for v in values):
         return [csv_cell(v) for v in values]
     return values
+
+
+def csv_text(value: Any) -> str:
+    """One CSV field: text neutralised (:func:`csv_cell`) and quoted where it holds a comma, a
+    quote or a line break -- a carriage return too, where many readers end a row; numbers as
+    ``str`` writes them; None and NaN empty."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    text = str(csv_cell(value))
+    if any(c in text for c in ',"\n\r'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def csv_table(frame: pd.DataFrame) -> str:
+    """``frame`` (header and rows, no index) as CSV text with :func:`csv_text` fields."""
+    lines = [",".join(csv_text(c) for c in frame.columns)]
+    lines += [",".join(map(csv_text, row)) for row in frame.astype(object).itertuples(index=False, name=None)]
+    return "\n".join(lines) + "\n"
 
 
 def csv_arrow(values):

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from reports.load import DEFAULT_COMPILE, ResultsError, load
 from reports.output import ArgumentParser, check_out_dir, emit, write_files
-from reports.safe import csv_frame, md_cell, md_frame, terminal
+from reports.safe import csv_table, md_cell, md_frame, terminal
 
 SEEN, NOT_SEEN = "nondeterminism-seen", "no-difference-seen"
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             emit(terminal(markdown))
             return 0
         out = write_files(args.out, {"sensitivity.md": markdown,
-                                     "sensitivity.csv": csv_frame(frame).to_csv(index=False)})
+                                     "sensitivity.csv": csv_table(frame)})
         emit(terminal(f"wrote sensitivity.md, sensitivity.csv to {out}"))
         return 0
     except ResultsError as exc:
