@@ -121,7 +121,7 @@ def compare(a: Results, b: Results, *, strict: bool = False) -> Diff:
     if a.fingerprints is not None and b.fingerprints is not None:
         has_a = a.column("has_fingerprints").to_numpy(zero_copy_only=False)[a_rows]
         has_b = b.column("has_fingerprints").to_numpy(zero_copy_only=False)[b_rows]
-        moved = has_a & has_b & (a.fingerprints[a_rows] != b.fingerprints[b_rows])
+        moved = has_a & has_b & (a.fingerprints[a_rows] != b.fingerprints[b_rows]).any(axis=1)
         fp_pairs = list(zip(a_rows[moved].tolist(), b_rows[moved].tolist()))
 
     # What is reported, as (side, row) of the file whose row orders the cell (A where it is in A).

@@ -735,7 +735,7 @@ class Results:
     entries: pd.DataFrame  # ENTRY_ATTRIBUTES, one row per entry; row n has entry code n
     columns: list[tuple[str, str, str, str]]  # (torch_version, device, mode, compile); index = code
     paths: list[str]  # the files read, in order
-    fingerprints: np.ndarray | None = None  # per row: digest of its fingerprints, zeros where none
+    fingerprints: np.ndarray | None = None  # per row: digest of its fingerprints (2 words), zeros where none
 
     def __len__(self) -> int:
         return self.table.num_rows
@@ -1181,7 +1181,8 @@ def _load(paths, key: tuple[str, ...], want_fingerprints: bool, columns) -> Resu
     entries = entries.astype({c: object for c in ENTRY_ATTRIBUTES if c != "position"})
     order = kept[perm]
     if digests is not None:
-        digests = np.frombuffer(b"".join(d or _NO_DIGEST for d in digests), dtype=f"S{DIGEST_BYTES}")[order]
+        digests = np.frombuffer(b"".join(d or _NO_DIGEST for d in digests), dtype=np.uint64).reshape(
+            -1, DIGEST_BYTES // 8)[order]
     # The sentence is the entry's (above); the rows do without it.
     if "sentence" in table.column_names:
         table = table.drop_columns(["sentence"])
