@@ -1,13 +1,14 @@
 """``python -m reports {build,diff,drift,sensitivity}``.
 
-Exit status: 0 success; 1 ``diff`` found a regression; 2 bad input or usage (one line on
-stderr naming the file and line, no traceback).
+Exit status: 0 success; 1 ``diff`` found a regression; 2 bad input, an output that cannot be
+written, or bad usage (one line on stderr, ``reports: error: ...``, naming the file and line
+where there is one; never a traceback).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
+import os
 import sys
 
 from reports.safe import terminal
@@ -15,13 +16,16 @@ from reports.safe import terminal
 EXIT_OK, EXIT_REGRESSED, EXIT_BAD_INPUT = 0, 1, 2
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def _parser():
+    from reports.output import ArgumentParser
+
+    parser = ArgumentParser(
         prog="python -m reports",
         description="Compatibility matrix, run-to-run diff and doc drift from detconf results files.",
         epilog="Exit status: 0 ok, 1 diff found a regression, 2 bad input (one line on stderr).",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{build,diff,drift,sensitivity}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{build,diff,drift,sensitivity}",
+                                parser_class=ArgumentParser)
 
     p_build = sub.add_parser("build", help="write matrix.csv/.md/.html/.png, results.csv, summary.json")
     p_build.add_argument("results", nargs="+", help="results files (JSON lines); later files win")
@@ -54,8 +58,9 @@ def _drift(argv: list[str]) -> int:
     return drift.main(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+def _run(argv: list[str]) -> int:
+    from reports.output import emit
+
     if argv and argv[0] == "drift":
         return _drift(argv[1:])
     if argv and argv[0] == "sensitivity":
@@ -63,31 +68,54 @@ def main(argv: list[str] | None = None) -> int:
 
         return sensitivity_main(argv[1:])
     args = _parser().parse_args(argv)
+    if args.command == "build":
+        from reports.build import build
+        from reports.summary import column_line
 
-    from reports.load import ResultsError
+        result = build(args.results, args.out)
+        lines = [] if args.quiet else [column_line(count) for count in result.summary["columns"]]
+        lines.append(f"wrote {', '.join(p.name for p in result.files)} to {result.out_dir}")
+        emit(terminal("\n".join(lines)))
+        return EXIT_OK
+    if args.command == "diff":
+        from reports.diff import main as diff_main
+
+        code, lines = diff_main(args.a, args.b, strict=args.strict)
+        emit(terminal("\n".join(lines)))
+        return code
+    raise AssertionError(args.command)  # pragma: no cover
+
+
+def _memory_pool() -> None:
+    """jemalloc for Arrow's buffers where the wheel has it (unless ARROW_DEFAULT_MEMORY_POOL
+    says otherwise): over a million rows it ran faster and held less than mimalloc here."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return
+    import pyarrow as pa
 
     try:
-        if args.command == "build":
-            from reports.build import build
-            from reports.summary import column_line
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+    except (NotImplementedError, pa.ArrowException):  # pragma: no cover - a wheel without jemalloc
+        pass
 
-            result = build(args.results, args.out)
-            if not args.quiet:
-                for count in result.summary["columns"]:
-                    print(terminal(column_line(count)))
-            print(f"wrote {', '.join(p.name for p in result.files)} to {result.out_dir}")
-            return EXIT_OK
-        if args.command == "diff":
-            from reports.diff import main as diff_main
 
-            code, lines = diff_main(args.a, args.b, strict=args.strict)
-            print(terminal("\n".join(lines)))
-            return code
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    from reports.load import ResultsError
+
+    _memory_pool()
+    try:
+        return _run(argv)
     except ResultsError as exc:
         return _error(str(exc))
     except OSError as exc:
-        return _error(f"{exc.filename or ''}: {exc.strerror or exc}")
-    raise AssertionError(args.command)  # pragma: no cover
+        return _error(f"{exc.filename or 'reports'}: {exc.strerror or exc}")
+    except MemoryError:
+        return _error("out of memory")
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback; DETCONF_TRACEBACK=1 shows it
+        if os.environ.get("DETCONF_TRACEBACK"):
+            raise
+        return _error(f"internal error ({type(exc).__name__}: {' '.join(str(exc).split())})")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,17 @@
 """Build every report file from results files into one output directory.
 
 Inputs are read and validated completely before anything is written. The files are written
-into a temporary directory next to the output directory and then moved into place, so the
-output directory never holds a half-written file: it is either created by one rename or, when
-it already exists (``reports/out`` also holds the run's own ``results.jsonl``), each report
-file in it is replaced by an atomic ``os.replace``. Other files in it are left alone.
+into a temporary directory and then moved into place, so the output directory never holds a
+half-written file: a new output directory is created by one rename of a temporary directory
+made next to it; in an existing one (``reports/out`` also holds the run's own
+``results.jsonl``) the temporary directory is made inside it and each report file replaces its
+namesake by an atomic ``os.replace``. Other files in it are left alone, and a report file name
+taken by a folder, or by one of the input files, stops the build before anything is written.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -18,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from reports.load import ResultsError, gc_paused, load
-from reports.matrix import Matrix, write_csv, write_html, write_markdown, write_png
+from reports.load import gc_paused, load
+from reports.matrix import Matrix, write_html, write_markdown, write_matrix_csv, write_png, write_results_csv
+from reports.output import OutputError, check_out_dir, check_targets
 from reports.summary import summary_data
 
 OUTPUT_FILES = ("matrix.csv", "results.csv", "matrix.md", "matrix.html", "matrix.png", "summary.json")
@@ -41,12 +45,26 @@ def _umask() -> int:
 
 
 def _publish(tmp: Path, out: Path) -> None:
-    if not out.exists():
+    if tmp.parent != out:
         os.chmod(tmp, 0o777 & ~_umask())
         os.rename(tmp, out)
         return
     for name in OUTPUT_FILES:
         os.replace(tmp / name, out / name)
+
+
+def _check_inputs_are_not_outputs(paths, out: Path) -> None:
+    if not out.is_dir():
+        return
+    for name in OUTPUT_FILES:
+        target = out / name
+        for path in paths:
+            try:
+                same = target.exists() and os.path.samefile(path, target)
+            except OSError:
+                same = False
+            if same:
+                raise OutputError(f"{os.fspath(path)}: is an input; the build would replace it with its {name}")
 
 
 def build(paths: Iterable[str | os.PathLike] | str | os.PathLike, out_dir: str | os.PathLike) -> BuildResult:
@@ -69,30 +87,29 @@ def _build(paths, out_dir) -> BuildResult:
         timings[stage], cpu_timings[stage] = now - clock, cpu_now - cpu_clock
         clock, cpu_clock = now, cpu_now
 
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    out = check_out_dir(out_dir)
+    check_targets(out, OUTPUT_FILES)
+    _check_inputs_are_not_outputs(paths, out)
     results = load(paths)
     lap("load")
     matrix = Matrix.from_results(results)
     lap("pivot")
 
-    out = Path(out_dir).resolve()
-    if out.exists() and not out.is_dir():
-        raise ResultsError(f"{os.fspath(out_dir)}: output exists and is not a directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        write_csv(matrix, results, tmp)
-        lap("csv")
-        write_markdown(matrix, results, tmp)
-        lap("markdown")
-        write_html(matrix, results, tmp)
-        lap("html")
-        summary = summary_data(matrix, results)
-        text = json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-        (tmp / "summary.json").write_text(text, encoding="utf-8")
-        lap("summary")
-        write_png(matrix, tmp)
-        lap("png")
+        if out.is_dir():
+            tmp = Path(tempfile.mkdtemp(prefix=".reports.tmp-", dir=out))
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as exc:
+        raise OutputError(f"{os.fspath(out_dir)}: cannot create the output folder "
+                          f"({exc.strerror or exc})") from None
+    try:
+        summary = _write(matrix, results, tmp, lap)
         _publish(tmp, out)
+    except OSError as exc:
+        raise OutputError(f"{os.fspath(out_dir)}: cannot write the reports ({exc.strerror or exc})") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return BuildResult(
@@ -102,3 +119,29 @@ def _build(paths, out_dir) -> BuildResult:
         timings=timings,
         cpu_timings=cpu_timings,
     )
+
+
+def _write(matrix: Matrix, results, tmp: Path, lap) -> dict:
+    """Every report file into ``tmp``; returns the summary. ``results.csv`` is written by a
+    second thread meanwhile: it is pyarrow's work, which lets go of the interpreter."""
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="reports-csv") as pool:
+        long_form = pool.submit(write_results_csv, results, tmp / "results.csv")
+        try:
+            write_matrix_csv(matrix, tmp)
+            lap("matrix.csv")
+            write_markdown(matrix, results, tmp)
+            lap("markdown")
+            write_html(matrix, results, tmp)
+            lap("html")
+            write_png(matrix, tmp)
+            lap("png")
+            summary = summary_data(matrix, results)
+            text = json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+            (tmp / "summary.json").write_text(text, encoding="utf-8")
+            lap("summary")
+        except BaseException:
+            long_form.exception()  # wait for it; the first failure is the one reported
+            raise
+        long_form.result()
+        lap("results.csv")
+    return summary

@@ -1,25 +1,39 @@
 """Compare two results files cell by cell: entries added/removed, verdicts changed.
 
-Cells are matched on (source, doc_version, entry_id, phase, device, mode) -- the torch version is left
-out so that two torch releases can be compared. A regression is a cell that was ``conforms``
-and now holds any other verdict; a cell that disappeared is reported, and counts as a
-regression only with ``strict=True``.
+Cells are matched on (source, doc_version, entry_id, phase, device, mode, compile setting) --
+the torch version is left out so that two torch releases can be compared. Rows without a
+compile setting (schemas 1 and 2) are eager, so an eager-only file and one with compiled runs
+match on their eager cells. A regression is a cell that was ``conforms`` and now holds any
+other verdict; a cell that disappeared is reported, and counts as a regression only with
+``strict=True``.
 
 Between two torch releases a change has one of two causes, and the diff names it:
 ``docs`` when the documented promise changed (the cell's ``expected`` differs, or the entry
 entered or left the docs), ``behaviour`` when the promise is the same and torch behaves
 differently. A promise that changed with the verdict unchanged is listed too.
+
+The cells are matched column-wise (one key code per cell over both files); only the cells
+that are reported become Python objects. Example fingerprints are compared by a digest of each
+row's fingerprints; rows whose digests differ are read back and compared example by example.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
 
-from reports.load import DEFAULT_PHASE, Results, device_key, entry_sort_key, load, mode_key
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-DIFF_KEY = ("source", "doc_version", "entry_id", "phase", "device", "mode")
+from reports.load import (
+    DEFAULT_COMPILE, DEFAULT_PHASE, DIFF_COLUMNS, ENTRY_KEY, Results, _group, compile_key, device_key,
+    entry_sort_key, load, mode_key,
+)
+
+DIFF_KEY = ("source", "doc_version", "entry_id", "phase", "device", "mode", "compile")
 
 
 @dataclass(frozen=True)
@@ -27,10 +41,12 @@ class Cell:
     entry: tuple  # (source, doc_version, entry_id, phase)
     device: str
     mode: str
+    compile: str = DEFAULT_COMPILE
 
     @property
     def column(self) -> str:
-        return f"{self.device}/{self.mode}"
+        """``device/mode``, and the compile setting where it is not eager."""
+        return f"{self.device}/{self.mode}" + (f"/{self.compile}" if self.compile != DEFAULT_COMPILE else "")
 
 
 @dataclass
@@ -45,75 +61,146 @@ class Diff:
     promises: list[tuple] = field(default_factory=list)  # (cell, expected before, expected after, verdict)
     fingerprints: list[tuple] = field(default_factory=list)  # (cell, [example], compared)
     regressions: list[tuple] = field(default_factory=list)  # (cell, before, after or None)
+    show_compile: bool = False  # some cell of either file is not eager: columns name the setting
 
     @property
     def regressed(self) -> bool:
         return bool(self.regressions)
 
+    def column(self, cell: Cell) -> str:
+        return f"{cell.device}/{cell.mode}" + (f"/{cell.compile}" if self.show_compile else "")
 
-def _cells(results: Results) -> dict[Cell, dict]:
-    out = {}
-    for rec in results.records:
-        cell = Cell((rec["source"], rec.get("doc_version"), rec["entry_id"], rec.get("phase") or DEFAULT_PHASE),
-                    rec["device"], rec["mode"])
-        out[cell] = rec  # load() already kept one record per DIFF_KEY (the later line)
+
+_FIELDS = DIFF_KEY + ("verdict", "expected", "list_name", "position")
+
+
+def _codes(values: pa.Array) -> np.ndarray:
+    """Dictionary code of each value (-1 for null), comparable within ``values``."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    encoded = pc.dictionary_encode(values)
+    return np.asarray(pc.fill_null(encoded.indices, -1))
+
+
+def _fingerprint_dicts(results: Results, rows: list[int]) -> list[dict | None]:
+    """``detail.fingerprints`` of rows of ``results.table``, read back from the file."""
+    out = []
+    for text in (t for batch in results.line_batches(rows) for t in batch):
+        fingerprints = (json.loads(text).get("detail") or {}).get("fingerprints")
+        out.append(fingerprints if isinstance(fingerprints, dict) else None)
     return out
 
 
-def _fingerprints(rec: dict) -> dict | None:
-    detail = rec.get("detail")
-    return detail.get("fingerprints") if isinstance(detail, dict) else None
-
-
-def _cause(before: dict, after: dict) -> str:
-    """``docs: expected X → Y`` when the documented promise of the cell changed, else ``behaviour``."""
-    if before.get("expected") != after.get("expected"):
-        return f"docs: expected {before.get('expected')} → {after.get('expected')}"
-    return "behaviour"
-
-
 def compare(a: Results, b: Results, *, strict: bool = False) -> Diff:
-    cells_a, cells_b = _cells(a), _cells(b)
-    recs = {**cells_b, **cells_a}  # for ordering: A's record where the cell is in both
+    na = len(a)
+    both = pa.table({name: pa.concat_arrays([a.column(name), b.column(name)]) for name in _FIELDS})
+    cell_code, _ = _group(both, DIFF_KEY)
+    entry_code, n_entries = _group(both, ENTRY_KEY)
+    verdict = _codes(both.column("verdict"))
+    expected = _codes(both.column("expected"))
+    code_a, code_b = cell_code[:na], cell_code[na:]
+    n_cells = int(cell_code.max()) + 1
+    row_in_b = np.full(n_cells, -1, dtype=np.int64)
+    row_in_b[code_b] = np.arange(len(b))
+    row_in_a = np.full(n_cells, -1, dtype=np.int64)
+    row_in_a[code_a] = np.arange(na)
+    in_a_entry = np.zeros(n_entries, dtype=bool)
+    in_a_entry[entry_code[:na]] = True
+    in_b_entry = np.zeros(n_entries, dtype=bool)
+    in_b_entry[entry_code[na:]] = True
 
-    def order(cell: Cell) -> tuple:
-        return (entry_sort_key(recs[cell]), device_key(cell.device), mode_key(cell.mode))
+    match = row_in_b[code_a]  # per A row: its B row, -1 where the cell is not in B
+    matched = match >= 0
+    a_rows = np.flatnonzero(matched)
+    b_rows = match[matched]
+    changed = verdict[a_rows] != verdict[na + b_rows]
+    promise = expected[a_rows] != expected[na + b_rows]
 
-    entries_a = {c.entry for c in cells_a}
-    entries_b = {c.entry for c in cells_b}
+    # Fingerprints: rows of both files with fingerprints whose digests differ are read back.
+    fp_pairs: list[tuple[int, int]] = []
+    if a.fingerprints is not None and b.fingerprints is not None:
+        has_a = a.column("has_fingerprints").to_numpy(zero_copy_only=False)[a_rows]
+        has_b = b.column("has_fingerprints").to_numpy(zero_copy_only=False)[b_rows]
+        moved = has_a & has_b & (a.fingerprints[a_rows] != b.fingerprints[b_rows]).any(axis=1)
+        fp_pairs = list(zip(a_rows[moved].tolist(), b_rows[moved].tolist()))
+
+    # What is reported, as (side, row) of the file whose row orders the cell (A where it is in A).
+    removed = np.flatnonzero(~matched)
+    added = np.flatnonzero(row_in_a[code_b] < 0)
+    interesting = sorted(set(removed.tolist()) | set(a_rows[changed | promise].tolist())
+                         | {i for i, _ in fp_pairs})
+    match_of = dict(zip(a_rows.tolist(), b_rows.tolist()))
+    counterpart = [match_of[i] for i in interesting if i in match_of]
+    records: dict[tuple[str, int], dict] = {}
+    afters: dict[int, dict] = {}
+    for side, rows, offset, into in (("a", interesting, 0, records), ("b", added.tolist(), na, records),
+                                     ("b-match", counterpart, na, afters)):
+        if not rows:
+            continue
+        take = pa.array(np.asarray(rows, dtype=np.int64) + offset)
+        columns = {name: both.column(name).take(take).to_pylist() for name in _FIELDS}
+        for k, row in enumerate(rows):
+            rec = {name: columns[name][k] for name in _FIELDS}
+            if side == "b-match":
+                afters[row] = rec
+            else:
+                records[(side, row)] = rec
+
+    def cell_of(rec: dict) -> Cell:
+        return Cell((rec["source"], rec["doc_version"], rec["entry_id"], rec["phase"]),
+                    rec["device"], rec["mode"], rec["compile"])
+
+    def order(key: tuple[str, int]) -> tuple:
+        rec = records[key]
+        return (entry_sort_key(rec), device_key(rec["device"]), mode_key(rec["mode"]), compile_key(rec["compile"]))
+
     diff = Diff(a=a, b=b)
+    compiles = set(pc.unique(both.column("compile")).to_pylist())
+    diff.show_compile = compiles != {DEFAULT_COMPILE}
+    fp_found = {}
+    if fp_pairs:
+        dicts_a = _fingerprint_dicts(a, [i for i, _ in fp_pairs])
+        dicts_b = _fingerprint_dicts(b, [j for _, j in fp_pairs])
+        for (i, _), fa, fb in zip(fp_pairs, dicts_a, dicts_b):
+            if fa and fb:
+                shared = sorted(set(fa) & set(fb), key=lambda k: (len(str(k)), str(k)))
+                moved = [k for k in shared if fa[k] != fb[k]]
+                if moved:
+                    fp_found[i] = (moved, len(shared))
+    entry_of = entry_code
     new_entries: dict[tuple, dict] = {}
     gone_entries: dict[tuple, dict] = {}
-    for cell in sorted(set(cells_a) | set(cells_b), key=order):
-        before = cells_a.get(cell)
-        after = cells_b.get(cell)
-        if before is None:
-            if cell.entry not in entries_a:
-                new_entries.setdefault(cell.entry, {})[cell] = after["verdict"]
+    for key in sorted(records, key=order):
+        side, row = key
+        rec = records[key]
+        cell = cell_of(rec)
+        if side == "b":
+            if not in_a_entry[entry_of[na + row]]:
+                new_entries.setdefault(cell.entry, {})[cell] = rec["verdict"]
             else:
-                diff.added_cells.append((cell, after["verdict"]))
+                diff.added_cells.append((cell, rec["verdict"]))
             continue
-        if after is None:
-            if cell.entry not in entries_b:
-                gone_entries.setdefault(cell.entry, {})[cell] = before["verdict"]
+        if row not in match_of:
+            if not in_b_entry[entry_of[row]]:
+                gone_entries.setdefault(cell.entry, {})[cell] = rec["verdict"]
             else:
-                diff.removed_cells.append((cell, before["verdict"]))
-            if strict and before["verdict"] == "conforms":
+                diff.removed_cells.append((cell, rec["verdict"]))
+            if strict and rec["verdict"] == "conforms":
                 diff.regressions.append((cell, "conforms", None))
             continue
-        cause = _cause(before, after)
-        if before["verdict"] != after["verdict"]:
-            diff.changed.append((cell, before["verdict"], after["verdict"], cause))
-            if before["verdict"] == "conforms":
+        after = afters[match_of[row]]
+        before_expected, after_expected = rec["expected"], after["expected"]
+        cause = "behaviour" if before_expected == after_expected else (
+            f"docs: expected {before_expected} → {after_expected}")
+        if rec["verdict"] != after["verdict"]:
+            diff.changed.append((cell, rec["verdict"], after["verdict"], cause))
+            if rec["verdict"] == "conforms":
                 diff.regressions.append((cell, "conforms", after["verdict"]))
         elif cause.startswith("docs"):
-            diff.promises.append((cell, before.get("expected"), after.get("expected"), after["verdict"]))
-        fa, fb = _fingerprints(before), _fingerprints(after)
-        if fa and fb:
-            shared = sorted(set(fa) & set(fb), key=lambda k: (len(str(k)), str(k)))
-            moved = [k for k in shared if fa[k] != fb[k]]
-            if moved:
-                diff.fingerprints.append((cell, moved, len(shared)))
+            diff.promises.append((cell, before_expected, after_expected, rec["verdict"]))
+        if row in fp_found:
+            moved, compared = fp_found[row]
+            diff.fingerprints.append((cell, moved, compared))
     diff.added_entries = list(new_entries.items())
     diff.removed_entries = list(gone_entries.items())
     return diff
@@ -127,10 +214,10 @@ def _entry_name(entry: tuple) -> str:
 
 
 def _side(label: str, path: str, results: Results) -> str:
-    versions = sorted({r["torch_version"] for r in results.records})
-    devices = sorted({r["device"] for r in results.records}, key=device_key)
+    versions = sorted(pc.unique(results.column("torch_version")).to_pylist())
+    devices = sorted(pc.unique(results.column("device")).to_pylist(), key=device_key)
     line = (f"{label}: {path} — torch {', '.join(versions)} · devices {', '.join(devices)}"
-            f" · {len(results.records)} cells")
+            f" · {len(results)} cells")
     if results.overrides:
         line += f" ({results.overrides} superseded)"
     return line
@@ -138,6 +225,7 @@ def _side(label: str, path: str, results: Results) -> str:
 
 def render(diff: Diff, path_a: str, path_b: str) -> list[str]:
     lines = [_side("A", path_a, diff.a), _side("B", path_b, diff.b)]
+    column = diff.column
 
     def tally(cells: dict) -> str:
         counts = Counter(cells.values())
@@ -151,29 +239,29 @@ def render(diff: Diff, path_a: str, path_b: str) -> list[str]:
         lines += [f"  - {_entry_name(e)}: was {tally(c)}" for e, c in diff.removed_entries]
     if diff.added_cells:
         lines.append(f"cells added ({len(diff.added_cells)}):")
-        lines += [f"  + {_entry_name(c.entry)} [{c.column}]: {v}" for c, v in diff.added_cells]
+        lines += [f"  + {_entry_name(c.entry)} [{column(c)}]: {v}" for c, v in diff.added_cells]
     if diff.removed_cells:
         lines.append(f"cells removed ({len(diff.removed_cells)}):")
-        lines += [f"  - {_entry_name(c.entry)} [{c.column}]: was {v}" for c, v in diff.removed_cells]
+        lines += [f"  - {_entry_name(c.entry)} [{column(c)}]: was {v}" for c, v in diff.removed_cells]
     if diff.changed:
         regressed = {r[0] for r in diff.regressions}
         causes = Counter("docs" if cause.startswith("docs") else cause for *_, cause in diff.changed)
         lines.append(f"verdicts changed ({len(diff.changed)}; "
                      + ", ".join(f"{n} {k}" for k, n in sorted(causes.items())) + "):")
         lines += [
-            f"  ~ {_entry_name(c.entry)} [{c.column}]: {before} → {after} ({cause})"
+            f"  ~ {_entry_name(c.entry)} [{column(c)}]: {before} → {after} ({cause})"
             + ("  REGRESSION" if c in regressed else "")
             for c, before, after, cause in diff.changed
         ]
     if diff.promises:
         lines.append(f"promises changed, verdict unchanged ({len(diff.promises)}; docs):")
-        lines += [f"  = {_entry_name(c.entry)} [{c.column}]: expected {old} → {new}, still {verdict}"
+        lines += [f"  = {_entry_name(c.entry)} [{column(c)}]: expected {old} → {new}, still {verdict}"
                   for c, old, new, verdict in diff.promises]
     if diff.fingerprints:
         lines.append(f"fingerprints changed ({len(diff.fingerprints)} cells; comparable when both runs "
                      "drew the same examples: same Hypothesis profile and seed):")
         lines += [
-            f"  # {_entry_name(c.entry)} [{c.column}]: examples {', '.join(map(str, moved))}"
+            f"  # {_entry_name(c.entry)} [{column(c)}]: examples {', '.join(map(str, moved))}"
             f" of {compared} compared"
             for c, moved, compared in diff.fingerprints
         ]
@@ -189,7 +277,7 @@ def render(diff: Diff, path_a: str, path_b: str) -> list[str]:
 
 def main(path_a: str | os.PathLike, path_b: str | os.PathLike, *, strict: bool = False) -> tuple[int, list[str]]:
     """Returns ``(exit_code, lines)``: 1 when any cell regressed, else 0."""
-    a = load([path_a], key=DIFF_KEY)
-    b = load([path_b], key=DIFF_KEY)
+    a = load([path_a], key=DIFF_KEY, fingerprints=True, columns=DIFF_COLUMNS)
+    b = load([path_b], key=DIFF_KEY, fingerprints=True, columns=DIFF_COLUMNS)
     diff = compare(a, b, strict=strict)
     return (1 if diff.regressed else 0), render(diff, os.fspath(path_a), os.fspath(path_b))

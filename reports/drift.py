@@ -25,16 +25,17 @@ so a key has at most one list per release. Changes are ``entered``, ``left``,
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Sequence
 
 import pandas as pd
 
-from reports.safe import csv_frame, md_frame
+from reports.load import ResultsError
+from reports.output import ArgumentParser, check_out_dir, emit, write_files
+from reports.safe import csv_table, md_frame, terminal
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "published" / "drift"
 DEFAULT_HISTORY = DEFAULT_OUT / "spec-history.jsonl"
@@ -44,7 +45,7 @@ EVENT_COLUMNS = ["release", "previous_release", "change", "key", "op", "from_lis
                  "sentence", "previous_sentence"]
 
 
-class HistoryError(ValueError):
+class HistoryError(ResultsError):
     """A spec-history file that cannot be read; the message is one line naming the file."""
 
 
@@ -180,28 +181,21 @@ def build(history: Path = DEFAULT_HISTORY) -> tuple[pd.DataFrame, pd.DataFrame, 
     return drift_events(presence, versions), key_history(presence, versions), versions
 
 
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise _UsageError(f"{self.prog}: {message}")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _Parser(prog="python -m reports drift", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m reports drift", description=__doc__.split("\n\n")[0])
     parser.add_argument("history", nargs="?", type=Path, default=DEFAULT_HISTORY,
                         help=f"spec-history JSON lines (default: {DEFAULT_HISTORY})")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT})")
     try:
         args = parser.parse_args(argv)
+        check_out_dir(args.out)
         events, history, versions = build(args.history)
-    except (_UsageError, HistoryError) as exc:
-        print(exc, file=sys.stderr)
+        out = write_files(args.out, {
+            "drift.csv": csv_table(events),
+            "drift.md": render_markdown(events, history, versions),
+        })
+        emit(terminal(f"wrote {out / 'drift.md'} and {out / 'drift.csv'} ({len(events)} changes)"))
+    except ResultsError as exc:
+        print(f"reports: error: {terminal(str(exc))}", file=sys.stderr)
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    csv_frame(events).to_csv(args.out / "drift.csv", index=False, lineterminator="\n")
-    (args.out / "drift.md").write_text(render_markdown(events, history, versions), encoding="utf-8")
-    print(f"wrote {args.out / 'drift.md'} and {args.out / 'drift.csv'} ({len(events)} changes)")
     return 0

@@ -1,21 +1,24 @@
-"""The compatibility matrix: one row per documented entry, one column per (torch,) device, mode.
+"""The compatibility matrix: one row per documented entry, one column per (torch,) device, mode
+(, compile setting).
 
 ``Matrix.from_results`` pivots merged result rows; the ``write_*`` functions render it.
 Cells hold verdict strings; a cell that was not run is ``None`` and is shown empty or as
-``MISSING``, never as a verdict.
+``MISSING``, never as a verdict. The writers work column-wise or per entry, never per cell in
+Python, so a matrix of a million cells is written in about a second.
 """
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from reports.load import PASSING, ROW_FIELDS, VERDICTS, Results
-from reports.safe import csv_column, csv_frame, md_cell, one_line
+from reports.load import DEFAULT_COMPILE, PASSING, ROW_FIELDS, VERDICTS, Results
+from reports.safe import csv_arrow, csv_text, holds_any, md_cell, one_line
 
 MISSING = "—"
 VERDICT_NAMES = tuple(VERDICTS)
@@ -41,6 +44,7 @@ COLOURS: dict[str, str] = {
     "recorded": "#b0bec5",
 }
 MISSING_COLOUR = "#ffffff"
+_VERDICT_OR_NONE = np.array(list(VERDICT_NAMES) + [None], dtype=object)
 # Verdicts whose colour is dark enough to need white text.
 _DARK = frozenset({"conforms", "nondeterministic", "undocumented-nondeterminism", "wrong-result",
                    "violated", "missing-raise", "undocumented-raise", "not-reached", "harness-error",
@@ -53,6 +57,10 @@ _HEADINGS = {"source": "source", "doc_version": "doc version", "list_name": "lis
 
 #: Beyond this many entries the picture shows a selection (failing entries first).
 PNG_MAX_ENTRIES = 200
+#: Beyond this many columns the picture shows the first ones.
+PNG_MAX_COLUMNS = 200
+#: Beyond this many columns, narrower ones.
+PNG_WIDE_COLUMNS = 24
 
 
 @dataclass
@@ -60,39 +68,49 @@ class Matrix:
     """Verdicts of every entry (rows) on every (torch version, device, mode) (columns)."""
 
     entries: pd.DataFrame  # load.ENTRY_ATTRIBUTES, one row per entry, in display order
-    columns: list[tuple[str, str, str]]  # (torch_version, device, mode), in display order
-    cells: np.ndarray  # object array (entries x columns): verdict or None
-    codes: np.ndarray  # int array, same shape: index in VERDICT_NAMES, NOT_RUN where not run
-    device_names: dict[tuple[str, str, str], str]  # column -> device name, where known
+    columns: list[tuple[str, str, str, str]]  # (torch_version, device, mode, compile), in display order
+    codes: np.ndarray  # int array (entries x columns): index in VERDICT_NAMES, NOT_RUN where not run
+    device_names: dict[tuple[str, str, str, str], str]  # column -> device name, where known
     _counts: list | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cells(self) -> np.ndarray:
+        """Object array (entries x columns): verdict, or None where not run."""
+        return _VERDICT_OR_NONE[self.codes]
 
     @property
     def multi_torch(self) -> bool:
         return len({c[0] for c in self.columns}) > 1
 
     @property
+    def shows_compile(self) -> bool:
+        """Columns name their compile setting unless every one is eager (tables of eager runs
+        keep the labels they had before the compile axis)."""
+        return any(c[3] != DEFAULT_COMPILE for c in self.columns)
+
+    @property
     def labels(self) -> list[str]:
-        if self.multi_torch:
-            return [f"{t}/{d}/{m}" for t, d, m in self.columns]
-        return [f"{d}/{m}" for _, d, m in self.columns]
+        compile_ = self.shows_compile
+        torch = self.multi_torch
+        return [(f"{t}/" if torch else "") + f"{d}/{m}" + (f"/{c}" if compile_ else "")
+                for t, d, m, c in self.columns]
 
     @classmethod
     def from_results(cls, results: Results) -> "Matrix":
         shape = (len(results.entries), len(results.columns))
-        where = (results.entry_codes, results.column_codes)
-        verdicts = results.values["verdict"]
-        cells = np.full(shape, None, dtype=object)
-        cells[where] = np.array(verdicts, dtype=object)
-        codes = np.full(shape, NOT_RUN, dtype=np.int64)
-        code_of = {v: i for i, v in enumerate(VERDICT_NAMES)}
-        codes[where] = np.fromiter(map(code_of.__getitem__, verdicts), dtype=np.int64,
-                                   count=len(verdicts))
-        device_names = {}
-        for code, name in zip(results.column_codes.tolist(), results.values["device_name"]):
-            if isinstance(name, str) and name:
-                device_names[results.columns[code]] = name
-        return cls(entries=results.entries, columns=list(results.columns), cells=cells,
-                   codes=codes, device_names=device_names)
+        verdict = pc.dictionary_encode(results.column("verdict"))
+        names = verdict.dictionary.to_pylist()
+        code_of = np.asarray([VERDICT_NAMES.index(v) for v in names], dtype=np.int8)
+        codes = np.full(shape, NOT_RUN, dtype=np.int8)
+        codes[results.entry_codes, results.column_codes] = code_of[verdict.indices.to_numpy(zero_copy_only=False)]
+        # Device name of a column: that of its last row (matrix order) that names one.
+        name = results.column("device_name")
+        named = np.flatnonzero(np.asarray(pc.fill_null(pc.not_equal(name, ""), False), dtype=bool))
+        last = np.full(shape[1], -1, dtype=np.int64)
+        np.maximum.at(last, results.column_codes[named], named)
+        device_names = {results.columns[j]: name[int(i)].as_py() for j, i in enumerate(last.tolist()) if i >= 0}
+        return cls(entries=results.entries, columns=list(results.columns), codes=codes,
+                   device_names=device_names)
 
     # ------------------------------------------------------------------ derived frames
 
@@ -108,7 +126,7 @@ class Matrix:
         if self._counts is None:
             n = len(self.entries)
             self._counts = []
-            for j, (torch_version, device, mode) in enumerate(self.columns):
+            for j, (torch_version, device, mode, compile_) in enumerate(self.columns):
                 per_code = np.bincount(self.codes[:, j], minlength=NOT_RUN + 1).tolist()
                 counts = dict(zip(VERDICT_NAMES, per_code))
                 total = sum(counts.values())
@@ -117,8 +135,9 @@ class Matrix:
                     "column": self.labels[j],
                     "torch_version": torch_version,
                     "device": device,
-                    "device_name": self.device_names.get((torch_version, device, mode)),
+                    "device_name": self.device_names.get((torch_version, device, mode, compile_)),
                     "mode": mode,
+                    "compile": compile_,
                     "counts": counts,
                     "total": total,
                     "passing": passing,
@@ -178,15 +197,59 @@ def describe_run(run: dict) -> dict[str, str]:
 # ---------------------------------------------------------------------- writers
 
 def write_csv(matrix: Matrix, results: Results, out: Path) -> None:
-    csv_frame(matrix.wide()).to_csv(out / "matrix.csv", index=False, lineterminator="\n")
-    # The long form goes through the csv module straight from the loaded values: for 10^5
-    # rows that takes half the time of DataFrame.to_csv, for the same text (missing values
-    # are empty fields).
-    columns = [results.values[name] for name in ROW_FIELDS]
-    with open(out / "results.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(ROW_FIELDS)
-        writer.writerows(zip(*(csv_column(col) for col in columns)))
+    """``matrix.csv`` (one row per entry) and ``results.csv`` (one row per kept result row)."""
+    write_matrix_csv(matrix, out)
+    write_results_csv(results, out / "results.csv")
+
+
+def write_matrix_csv(matrix: Matrix, out: Path) -> None:
+    """``matrix.csv``: one row per entry, one column per label."""
+    entry_cells = [[csv_text(v) for v in matrix.entries[c].tolist()] for c in ENTRY_COLUMNS]
+    verdicts = np.array(list(VERDICT_NAMES) + [""], dtype=object)[matrix.codes]  # words: nothing to quote
+    header = [csv_text(c) for c in ENTRY_COLUMNS] + [csv_text(label) for label in matrix.labels]
+    with open(out / "matrix.csv", "w", newline="", encoding="utf-8") as f:
+        f.write(",".join(header) + "\n")
+        f.writelines(",".join(attrs) + "," + ",".join(cells) + "\n"
+                     for attrs, cells in zip(zip(*entry_cells), verdicts.tolist()))
+
+
+#: Rows of ``results.csv`` made at a time.
+_CSV_BATCH = 1 << 16
+
+
+#: Columns whose words the loader checked against the vocabulary: nothing to neutralise or quote.
+_VOCABULARY_COLUMNS = frozenset({"mode", "phase", "compile", "verdict"})
+
+
+def _csv_field(name: str, values: pa.Array) -> pa.Array:
+    """CSV text of one column: text neutralised (safe.csv_cell) and quoted where it holds a
+    comma, quote or line break; numbers as numbers; missing values empty."""
+    if name in _VOCABULARY_COLUMNS:
+        return values
+    if pa.types.is_string(values.type):
+        values = csv_arrow(values)
+        if holds_any(values, b',"\n\r'):
+            quote = pc.fill_null(pc.match_substring_regex(values, '[,"\n\r]'), False)
+            quoted = pc.binary_join_element_wise('"', pc.replace_substring(values, '"', '""'), '"', "")
+            values = pc.if_else(quote, quoted, values)
+    else:
+        values = pc.cast(values, pa.string())
+    return pc.fill_null(values, "")
+
+
+def write_results_csv(results: Results, path: Path) -> None:
+    """The long form, column-wise: a batch of rows at a time is turned into text by pyarrow
+    and written as one buffer."""
+    table = results.table.select(list(ROW_FIELDS))
+    with open(path, "wb") as f:
+        f.write((",".join(ROW_FIELDS) + "\n").encode("utf-8"))
+        for start in range(0, len(results), _CSV_BATCH):
+            batch = table.slice(start, _CSV_BATCH).combine_chunks()
+            fields = [_csv_field(name, batch.column(name).chunk(0)) for name in ROW_FIELDS]
+            lines = pc.binary_join_element_wise(pc.binary_join_element_wise(*fields, ","), "", "\n")
+            _, offsets, data = lines.buffers()
+            bounds = np.frombuffer(offsets, dtype=np.int32)[lines.offset:lines.offset + len(lines) + 1]
+            f.write(memoryview(data)[int(bounds[0]):int(bounds[-1])])
 
 
 def _md_code(value) -> str:
@@ -210,14 +273,54 @@ def _md_table(rows, headers, formats=None) -> str:
                     disable_numparse=True)
 
 
-def _verdict_cell(value) -> str:
-    return value  # a verdict (vocabulary checked on load) or MISSING: nothing to escape
+def _md_column(header: str, cells: list[str]) -> tuple[str, str, list[str]]:
+    """One column of a GitHub Markdown table, as tabulate lays it out: the header's piece, the
+    rule's piece and each cell's piece (``" text |"``; a row is ``"|"`` and its pieces).
+
+    tabulate lays out each column on its own: cells stripped, the column as wide as its widest
+    cell and at least its header plus two, everything left-aligned. For printable ASCII that
+    is done here (the width of such text is its length); other text goes through tabulate,
+    which measures wide and combining characters."""
+    if header.isascii() and header.isprintable() and all(c.isascii() and c.isprintable() for c in cells):
+        stripped = [c.strip() for c in cells]
+        width = max(len(header) + 2, max(map(len, stripped), default=0))
+        return f" {header.ljust(width)} |", "-" * (width + 2) + "|", [f" {c.ljust(width)} |" for c in stripped]
+    from tabulate import tabulate
+
+    lines = tabulate([[c] for c in cells], headers=[header], tablefmt="github", disable_numparse=True).split("\n")
+    return lines[0][1:], lines[1][1:], [line[1:] for line in lines[2:]]
+
+
+def _md_matrix(entry_rows: list, entry_headers: list[str], formats: list, codes: np.ndarray,
+               labels: list[str]) -> str:
+    """The matrix as one GitHub Markdown table, the text ``tabulate`` makes of it: column by
+    column (:func:`_md_column`; the table-wide switches of tabulate -- wide characters,
+    invisible codes, multi-line cells -- are the same for every column here, since cells are
+    one line without control characters). A verdict column holds a few words: each is laid
+    out once."""
+    heads, rules, pieces = [], [], []
+    for header, fmt, values in zip(entry_headers, formats, zip(*entry_rows)):
+        head, rule, cells = _md_column(md_cell(header), [fmt(v) for v in values])
+        heads.append(head)
+        rules.append(rule)
+        pieces.append(cells)
+    words = list(VERDICT_NAMES) + [MISSING]
+    for j, label in enumerate(labels):
+        present = np.unique(codes[:, j]).tolist()
+        head, rule, cells = _md_column(md_cell(label), [words[c] for c in present])
+        heads.append(head)
+        rules.append(rule)
+        column = np.empty(len(words), dtype=object)
+        column[present] = cells
+        pieces.append(column[codes[:, j]].tolist())
+    lines = ["|" + "".join(heads), "|" + "".join(rules)]
+    lines += ["|" + "".join(row) for row in zip(*pieces)]
+    return "\n".join(lines)
 
 
 def write_markdown(matrix: Matrix, results: Results, out: Path) -> None:
     entry_cols = [c for c in ENTRY_COLUMNS if (c != "doc_version" or matrix.show_doc_version())
                   and (c != "phase" or matrix.show_phase())]
-    wide = matrix.wide(missing=MISSING)
     counts = matrix.column_counts()
     runs = [describe_run(r) for r in results.runs]
     parts = ["# detconf compatibility matrix", ""]
@@ -228,11 +331,11 @@ def write_markdown(matrix: Matrix, results: Results, out: Path) -> None:
         "## Matrix", "",
         f"{len(matrix.entries)} entries × {len(matrix.columns)} columns; "
         f"`{MISSING}` = not run on that device/mode.", "",
-        _md_table(
-            wide[entry_cols + matrix.labels].itertuples(index=False, name=None),
-            [_HEADINGS[c] for c in entry_cols] + matrix.labels,
-            formats=[_md_code if c in ("entry_id", "op") else md_cell for c in entry_cols]
-            + [_verdict_cell] * len(matrix.labels),
+        _md_matrix(
+            list(matrix.entries[entry_cols].itertuples(index=False, name=None)),
+            [_HEADINGS[c] for c in entry_cols],
+            [_md_code if c in ("entry_id", "op") else md_cell for c in entry_cols],
+            matrix.codes, matrix.labels,
         ),
         "",
         "## Counts per column", "",
@@ -250,9 +353,9 @@ def write_markdown(matrix: Matrix, results: Results, out: Path) -> None:
 
 # The page is one jinja2 template with autoescape on: every text from the results (sentences,
 # ops, environment strings) is HTML-escaped, and nothing in it varies between builds of the
-# same input (no timestamps, no random ids, rows in matrix order). The table is rendered here
-# rather than with pandas' Styler, which took about 2 s of CPU for a 100,000-cell matrix
-# against 0.2 s for this template.
+# same input (no timestamps, no random ids, rows in matrix order). The rows of the matrix are
+# rendered by _html_body (escaped with markupsafe, as the template escapes): a template loop
+# over a million cells takes seconds, joining one pre-rendered cell per verdict does not.
 _HTML_TEMPLATE = """\
 <!DOCTYPE html>
 <html lang="en">
@@ -297,9 +400,7 @@ table.matrix tr.group th { background: #e8eaf6; }
 {% for level in header_levels %}<tr>{% if loop.last %}{% for h in entry_headings %}<th>{{ h }}</th>{% endfor %}{% else %}<th colspan="{{ entry_headings|length }}"></th>{% endif %}{% for label, span in level %}<th{% if span > 1 %} colspan="{{ span }}"{% endif %}>{{ label }}</th>{% endfor %}</tr>
 {% endfor %}</thead>
 <tbody>
-{% for group, rows in groups %}<tr class="group"><th colspan="{{ entry_headings|length + columns|length }}">{{ group }}</th></tr>
-{% for attrs, cells in rows %}<tr>{% for a in attrs %}<td>{{ a }}</td>{% endfor %}{% for v in cells %}{% if v %}<td class="v v-{{ v }}">{{ v }}</td>{% else %}<td class="v v-missing">{{ missing }}</td>{% endif %}{% endfor %}</tr>
-{% endfor %}{% endfor %}</tbody>
+{{ body }}</tbody>
 </table>
 </body>
 </html>
@@ -320,32 +421,47 @@ def _spans(labels: list) -> list[tuple[str, int]]:
     return [(label, span) for label, span in out]
 
 
+def _html_body(matrix: Matrix, entry_cols: list[str]) -> str:
+    """The rows of the matrix table: a group row at each (source, list), then one row per entry."""
+    from markupsafe import escape
+
+    entries = matrix.entries
+    cell_html = np.array([f'<td class="v v-{escape(v)}">{escape(v)}</td>' for v in VERDICT_NAMES]
+                         + [f'<td class="v v-missing">{escape(MISSING)}</td>'], dtype=object)
+    colspan = len(entry_cols) + len(matrix.columns)
+    attrs = zip(*(entries[c].tolist() for c in entry_cols))
+    groups = list(zip(entries["source"].tolist(), entries["list_name"].tolist()))
+    parts = []
+    previous = None
+    for group, row, codes in zip(groups, attrs, matrix.codes):
+        if group != previous:
+            parts.append(f'<tr class="group"><th colspan="{colspan}">{escape(f"{group[0]} · {group[1]}")}</th></tr>\n')
+            previous = group
+        parts.append("<tr>" + "".join(f"<td>{escape(a)}</td>" for a in row) + "".join(cell_html[codes]) + "</tr>\n")
+    return "".join(parts)
+
+
 def write_html(matrix: Matrix, results: Results, out: Path) -> None:
     import jinja2
+    from markupsafe import Markup
 
     entry_cols = list(_HTML_ENTRY_COLUMNS)
     if matrix.show_phase():
         entry_cols.insert(1, "phase")
     if matrix.show_doc_version():
         entry_cols.insert(0, "doc_version")
-    entries = matrix.entries
-    attrs = list(entries[entry_cols].itertuples(index=False, name=None))
-    cells = matrix.cells.tolist()
-    group_of = list(zip(entries["source"].tolist(), entries["list_name"].tolist()))
-    groups: list[tuple[str, list]] = []
-    for i, group in enumerate(group_of):
-        if not groups or group_of[i - 1] != group:
-            groups.append((f"{group[0]} · {group[1]}", []))
-        groups[-1][1].append((attrs[i], cells[i]))
 
     cols = matrix.columns
     header_levels = []
     if matrix.multi_torch:
-        header_levels.append(_spans([f"torch {t}" for t, _, _ in cols]))
-    # A device label spans its modes (within one torch version).
-    device_labels = [(t, d) for t, d, _ in cols]
-    header_levels.append([(pair[1], span) for pair, span in _spans(device_labels)])
-    header_levels.append([(m, 1) for _, _, m in cols])
+        header_levels.append(_spans([f"torch {t}" for t, _, _, _ in cols]))
+    # A device label spans its modes (within one torch version), a mode its compile settings.
+    header_levels.append([(pair[1], span) for pair, span in _spans([(t, d) for t, d, _, _ in cols])])
+    if matrix.shows_compile:
+        header_levels.append([(key[2], span) for key, span in _spans([(t, d, m) for t, d, m, _ in cols])])
+        header_levels.append([(c, 1) for _, _, _, c in cols])
+    else:
+        header_levels.append([(m, 1) for _, _, m, _ in cols])
 
     counts = matrix.column_counts()
     runs = [describe_run(r) for r in results.runs]
@@ -359,11 +475,11 @@ def write_html(matrix: Matrix, results: Results, out: Path) -> None:
         legend=[(v, m, "yes" if v in PASSING else "no") for v, m in VERDICTS.items()],
         counts=counts,
         count_verdicts=[v for v in VERDICTS if any(c["counts"][v] for c in counts)],
-        n_entries=len(entries),
+        n_entries=len(matrix.entries),
         columns=cols,
         header_levels=header_levels,
         entry_headings=[_HEADINGS[c] for c in entry_cols],
-        groups=groups,
+        body=Markup(_html_body(matrix, entry_cols)),
     )
     (out / "matrix.html").write_text(page, encoding="utf-8")
 
@@ -381,6 +497,11 @@ def png_selection(matrix: Matrix, limit: int = PNG_MAX_ENTRIES) -> np.ndarray:
     return np.sort(np.concatenate([failing, others]))
 
 
+def _png_text(value) -> str:
+    """A label for the picture: one line, control characters and tabs shown as ``?``."""
+    return one_line(value).replace("\t", "?")
+
+
 def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -388,9 +509,11 @@ def _shorten(text: str, width: int) -> str:
 def write_png(matrix: Matrix, out: Path, limit: int = PNG_MAX_ENTRIES) -> None:
     """Heatmap of the verdicts: entries down, device/mode across, one colour per verdict.
 
-    The figure grows with the matrix (0.2 inch a row). Beyond ``limit`` entries it shows a
-    selection (:func:`png_selection`: failing entries first) and says so in its title -- a
-    picture of thousands of rows cannot be read, the HTML and CSV hold every row.
+    The figure grows with the matrix (0.2 inch a row, 0.45 inch a column, 0.2 beyond
+    PNG_WIDE_COLUMNS columns). Beyond ``limit`` entries it shows a selection
+    (:func:`png_selection`: failing entries first) and beyond PNG_MAX_COLUMNS columns the first
+    ones, and says so in its title -- a picture of thousands of rows cannot be read, the HTML
+    and CSV hold every row.
     """
     # A bare Figure (no pyplot) renders with Agg and leaves the process's backend alone.
     from matplotlib.colors import ListedColormap
@@ -398,37 +521,43 @@ def write_png(matrix: Matrix, out: Path, limit: int = PNG_MAX_ENTRIES) -> None:
     from matplotlib.patches import Patch
 
     selected = png_selection(matrix, limit)
-    codes = matrix.codes[selected]
+    shown_columns = min(len(matrix.columns), PNG_MAX_COLUMNS)
+    codes = matrix.codes[selected][:, :shown_columns].astype(np.int64)
+    column_labels = [_png_text(label) for label in matrix.labels[:shown_columns]]
     names = VERDICT_NAMES
     cmap = ListedColormap([COLOURS[v] for v in names] + [MISSING_COLOUR])
 
     n_rows, n_cols = codes.shape
-    labels = [_shorten(str(s), 60) for s in matrix.entries["entry_id"].to_numpy()[selected]]
+    labels = [_shorten(_png_text(s), 60) for s in matrix.entries["entry_id"].to_numpy()[selected]]
     sources = matrix.entries["source"].to_numpy()[selected]
     lists = matrix.entries["list_name"].to_numpy()[selected]
     group_starts = [i for i in range(n_rows)
                     if i == 0 or (sources[i], lists[i]) != (sources[i - 1], lists[i - 1])]
-    group_labels = [_shorten(f"{sources[i]} · {lists[i]}", 40) for i in group_starts]
+    group_labels = [_shorten(_png_text(f"{sources[i]} · {lists[i]}"), 40) for i in group_starts]
 
     # Sizes in inches: label areas grow with the longest label, the grid with the matrix.
     char = 0.075
     left = 0.3 + max((len(s) for s in labels), default=10) * char
-    top = 0.6 + max((len(s) for s in matrix.labels), default=8) * char
-    grid_w, grid_h = 0.45 * max(n_cols, 1), 0.2 * max(n_rows, 1)
+    top = 0.6 + max((len(s) for s in column_labels), default=8) * char
+    # Narrower columns when there are many (the picture's cost grows with its pixels).
+    cell_w = 0.45 if n_cols <= PNG_WIDE_COLUMNS else 0.2
+    grid_w, grid_h = cell_w * max(n_cols, 1), 0.2 * max(n_rows, 1)
     groups_w = 0.3 + max((len(s) for s in group_labels), default=0) * char
     legend_w, legend_h = 2.8, 0.6 + 0.2 * (len(VERDICTS) + 1)
     width = left + grid_w + groups_w + legend_w
     height = max(top + grid_h + 0.3, top + legend_h)
     fig = Figure(figsize=(width, height), dpi=100)
     ax = fig.add_axes((left / width, (height - top - grid_h) / height, grid_w / width, grid_h / height))
-    ax.imshow(codes, cmap=cmap, vmin=-0.5, vmax=len(names) + 0.5, aspect="auto",
-              interpolation="nearest")
-    ax.set_xticks(range(n_cols), matrix.labels, rotation=90, parse_math=False, fontsize=8)
+    # The colours are looked up here, cell by cell (matplotlib would colour-map the picture
+    # after resampling it: every pixel).
+    palette = (cmap(np.arange(len(names) + 1)) * 255).round().astype(np.uint8)
+    ax.imshow(palette[codes], aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(n_cols), column_labels, rotation=90, parse_math=False, fontsize=8)
     ax.xaxis.tick_top()
     # Row labels as plain texts: a tick per row costs several artists each.
     ax.set_yticks([])
     for i, label in enumerate(labels):
-        ax.text(-0.5 - 0.05 / 0.45, i, label, fontsize=7, va="center", ha="right",
+        ax.text(-0.5 - 0.05 / cell_w, i, label, fontsize=7, va="center", ha="right",
                 parse_math=False, clip_on=False)
     # White lines between cells, black lines and a label at each (source, list) group.
     ax.vlines(np.arange(0.5, n_cols - 1), -0.5, n_rows - 0.5, colors="white", linewidth=0.6)
@@ -436,7 +565,7 @@ def write_png(matrix: Matrix, out: Path, limit: int = PNG_MAX_ENTRIES) -> None:
     for start, label in zip(group_starts, group_labels):
         if start:
             ax.axhline(start - 0.5, color="black", linewidth=1.0)
-        ax.text(n_cols - 0.5 + 0.15 / 0.45, start - 0.5, label, fontsize=7, va="top", ha="left",
+        ax.text(n_cols - 0.5 + 0.15 / cell_w, start - 0.5, label, fontsize=7, va="top", ha="left",
                 parse_math=False, clip_on=False)
 
     seen = set(np.unique(codes).tolist())
@@ -450,6 +579,8 @@ def write_png(matrix: Matrix, out: Path, limit: int = PNG_MAX_ENTRIES) -> None:
     title = f"detconf compatibility matrix: {total} entries x {len(matrix.columns)} columns"
     if n_rows < total:
         title += f"; {n_rows} shown (failing entries first, see matrix.html for all)"
+    if shown_columns < len(matrix.columns):
+        title += f"; the first {shown_columns} columns shown"
     fig.text(0.1 / width, 1.0 - 0.1 / height, title, fontsize=9, va="top", parse_math=False)
     fig.savefig(out / "matrix.png", format="png", metadata={"Software": None},
                 pil_kwargs={"compress_level": 3})

@@ -16,7 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["csv_cell", "csv_column", "csv_frame", "md_cell", "md_frame", "one_line", "terminal"]
+__all__ = ["csv_arrow", "csv_cell", "csv_column", "csv_frame", "csv_table", "csv_text", "md_cell", "md_frame",
+           "one_line", "terminal"]
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -36,6 +37,78 @@ def csv_column(values: list) -> list:
     if any(isinstance(v, str) and v.startswith(_FORMULA_START) for v in values):
         return [csv_cell(v) for v in values]
     return values
+
+
+def csv_text(value: Any) -> str:
+    """One CSV field: text neutralised (:func:`csv_cell`) and quoted where it holds a comma, a
+    quote or a line break -- a carriage return too, where many readers end a row; numbers as
+    ``str`` writes them; None and NaN empty."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    text = str(csv_cell(value))
+    if any(c in text for c in ',"\n\r'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def csv_table(frame: pd.DataFrame) -> str:
+    """``frame`` (header and rows, no index) as CSV text with :func:`csv_text` fields."""
+    lines = [",".join(csv_text(c) for c in frame.columns)]
+    lines += [",".join(map(csv_text, row)) for row in frame.astype(object).itertuples(index=False, name=None)]
+    return "\n".join(lines) + "\n"
+
+
+def csv_arrow(values):
+    """A pyarrow string array with :func:`csv_cell` applied: cells whose first byte starts a
+    formula are found column-wise (on the array's buffers) and passed through
+    :func:`csv_cell` (the same rule, numbers excepted)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    suspect = _starts_with_any(values, _FORMULA_START_BYTES)
+    if not suspect.any():
+        return values
+    mask = pa.array(suspect)
+    fixed = pa.array([csv_cell(v) for v in values.filter(mask).to_pylist()], pa.string())
+    return pc.replace_with_mask(values, mask, fixed)
+
+
+_FORMULA_START_BYTES = frozenset(c.encode()[0] for c in _FORMULA_START)
+
+
+def _string_parts(values):
+    """(offsets, bytes) of a pyarrow string array, as numpy arrays (no copy)."""
+    import numpy as np
+
+    _, offsets, data = values.buffers()
+    offsets = np.frombuffer(offsets, dtype=np.int32)[values.offset:values.offset + len(values) + 1]
+    data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
+    return offsets, data
+
+
+def _starts_with_any(values, first_bytes) -> "np.ndarray":
+    """Per cell of a pyarrow string array: does it start with one of ``first_bytes``?"""
+    import numpy as np
+
+    offsets, data = _string_parts(values)
+    starts = offsets[:-1]
+    nonempty = offsets[1:] > starts
+    out = np.zeros(len(values), dtype=bool)
+    if nonempty.any():
+        out[nonempty] = np.isin(data[starts[nonempty]], np.fromiter(first_bytes, dtype=np.uint8))
+    if values.null_count:
+        out &= np.asarray(values.is_valid(), dtype=bool)
+    return out
+
+
+def holds_any(values, chars: bytes) -> bool:
+    """Does any cell of a pyarrow string array hold one of the ASCII ``chars``?"""
+    import numpy as np
+
+    offsets, data = _string_parts(values)
+    used = data[int(offsets[0]):int(offsets[-1])] if len(offsets) else data[:0]
+    return bool(np.isin(used, np.frombuffer(chars, dtype=np.uint8)).any())
 
 
 def csv_frame(frame: pd.DataFrame) -> pd.DataFrame:

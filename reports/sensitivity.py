@@ -11,36 +11,42 @@ writes ``sensitivity.md`` and ``sensitivity.csv`` (default: print Markdown).
 """
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import tempfile
-from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
-from reports.load import ResultsError, load
-from reports.safe import csv_frame, md_cell, md_frame, terminal
+from reports.load import DEFAULT_COMPILE, ResultsError, load
+from reports.output import ArgumentParser, check_out_dir, emit, write_files
+from reports.safe import csv_table, md_cell, md_frame, terminal
 
 SEEN, NOT_SEEN = "nondeterminism-seen", "no-difference-seen"
 
 
 def sensitivity_table(paths) -> pd.DataFrame:
+    """One row per ``--mode off`` cell; a ``compile`` column where some cell is not eager."""
     results = load(paths)
+    off = np.flatnonzero(np.asarray(pc.equal(results.column("mode"), "off"), dtype=bool))
+    names = ("source", "entry_id", "promise", "devices", "device", "compile", "torch_version", "verdict",
+             "examples_differing", "examples_not_differing")
+    columns = {name: results.column(name).take(off).to_pylist() for name in names}
+    shows_compile = any(c != DEFAULT_COMPILE for c in columns["compile"])
     rows = []
-    for rec in results.records:
-        if rec.get("mode") != "off":
-            continue
-        per_example = (rec.get("detail") or {}).get("verdicts_per_example") or {}
-        seen, quiet = int(per_example.get(SEEN, 0)), int(per_example.get(NOT_SEEN, 0))
+    for source, entry_id, promise, devices, device, compile_, torch_version, verdict, seen, quiet in zip(
+            *columns.values()):
+        seen, quiet = seen or 0, quiet or 0
         judged = seen + quiet
-        rows.append({
-            "source": rec["source"], "entry_id": rec["entry_id"], "promise": rec["promise"],
-            "documented_devices": ",".join(rec.get("devices") or []) or "all",
-            "device": rec["device"], "torch_version": rec["torch_version"], "verdict": rec["verdict"],
+        row = {
+            "source": source, "entry_id": entry_id, "promise": promise,
+            "documented_devices": ",".join(devices or []) or "all",
+            "device": device, "torch_version": torch_version, "verdict": verdict,
             "examples_judged": judged, "examples_differing": seen,
             "fraction_differing": round(seen / judged, 3) if judged else None,
-        })
+        }
+        if shows_compile:
+            row = dict(list(row.items())[:5] + [("compile", compile_)] + list(row.items())[5:])
+        rows.append(row)
     if not rows:
         raise ResultsError(f"{', '.join(map(str, paths))}: no --mode off rows (run the suite with --mode off)")
     frame = pd.DataFrame(rows)
@@ -60,25 +66,24 @@ def headline(frame: pd.DataFrame) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reports sensitivity", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m reports sensitivity", description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+")
     parser.add_argument("--out", help="write sensitivity.md and sensitivity.csv here")
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
+        if args.out:
+            check_out_dir(args.out)
         frame = sensitivity_table(args.results)
-    except ResultsError as exc:
-        print(f"reports: error: {exc}", file=sys.stderr)
-        return 2
-    markdown = "\n".join(["# Positive-control sensitivity (`--mode off`)", "", *[f"- {md_cell(l)}" for l in headline(frame)],
-                          "", md_frame(frame).to_markdown(index=False, disable_numparse=True), ""])
-    if not args.out:
-        print(terminal(markdown))
+        markdown = "\n".join(["# Positive-control sensitivity (`--mode off`)", "",
+                              *[f"- {md_cell(line)}" for line in headline(frame)],
+                              "", md_frame(frame).to_markdown(index=False, disable_numparse=True), ""])
+        if not args.out:
+            emit(terminal(markdown))
+            return 0
+        out = write_files(args.out, {"sensitivity.md": markdown,
+                                     "sensitivity.csv": csv_table(frame)})
+        emit(terminal(f"wrote sensitivity.md, sensitivity.csv to {out}"))
         return 0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in (("sensitivity.md", markdown), ("sensitivity.csv", csv_frame(frame).to_csv(index=False))):
-        with tempfile.NamedTemporaryFile("w", dir=out, delete=False, encoding="utf-8") as tmp:
-            tmp.write(text)
-        os.replace(tmp.name, out / name)
-    print(f"wrote sensitivity.md, sensitivity.csv to {out}")
-    return 0
+    except ResultsError as exc:
+        print(f"reports: error: {terminal(str(exc))}", file=sys.stderr)
+        return 2

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 
-from reports.load import PASSING, SCHEMA_VERSION, VERDICTS, NoResults, Results, load, rows_digest
+import numpy as np
+import pyarrow.compute as pc
+
+from reports.load import PASSING, SCHEMA_VERSION, VERDICTS, NoResults, Results, load
 from reports.matrix import Matrix
 
 SEP = " · "
@@ -13,7 +16,7 @@ SEP = " · "
 def column_line(count: dict) -> str:
     """``cpu/error: conforms 44/48 · stale-doc 1 · unsupported 3``"""
     counts = count["counts"]
-    if count["column"].endswith("/off"):
+    if count["mode"] == "off":
         # The positive control promises nothing: count what was seen, out of all cells.
         parts = [f"{v} {counts[v]}/{count['total']}" for v in VERDICTS if counts[v]]
         return f"{count['column']}: " + SEP.join(parts)
@@ -31,11 +34,12 @@ def matrix_lines(matrix: Matrix) -> list[str]:
         for e, s, p in zip(entries["entry_id"], entries["source"], entries["phase"])
     ]
     lines = []
+    cells = matrix.cells
+    failing = np.array([v not in PASSING for v in VERDICTS] + [False])[matrix.codes]
     for j, count in enumerate(matrix.column_counts()):
         lines.append(column_line(count))
-        for i, verdict in enumerate(matrix.cells[:, j]):
-            if verdict is not None and verdict not in PASSING:
-                lines.append(f"  ✗ {names[i]} [{count['column']}]: {verdict}")
+        for i in np.flatnonzero(failing[:, j]).tolist():
+            lines.append(f"  ✗ {names[i]} [{count['column']}]: {cells[i, j]}")
     return lines
 
 
@@ -53,13 +57,18 @@ def summary_lines(results_path: str | os.PathLike) -> list[str]:
 
 
 def reach_stats(results: Results) -> dict:
-    """Reach over the cells that judge it: how many, how many at 100 %, and those below."""
-    v = results.values
-    judged = [(r, e, p, d, m) for r, e, p, d, m in zip(v["reach"], v["entry_id"], v["phase"], v["device"], v["mode"])
-              if isinstance(r, (int, float)) and not isinstance(r, bool)]
-    below = sorted(((r, e, p, d, m) for r, e, p, d, m in judged if r < 1), key=lambda t: (t[0], t[1]))
-    return {"judged": len(judged), "full": len(judged) - len(below),
-            "below": [{"entry_id": e, "phase": p, "device": d, "mode": m, "reach": r} for r, e, p, d, m in below]}
+    """Reach over the cells that judge it: how many, how many at 100 %, and those below
+    (lowest first; their compile setting named where it is not eager)."""
+    reach = results.column("reach")
+    judged = len(reach) - reach.null_count
+    low = np.flatnonzero(np.asarray(pc.fill_null(pc.less(reach, 1.0), False), dtype=bool))
+    columns = {name: results.column(name).take(low).to_pylist()
+               for name in ("reach", "entry_id", "phase", "device", "mode", "compile")}
+    below = sorted(zip(*columns.values()), key=lambda t: (t[0], t[1]))
+    return {"judged": judged, "full": judged - len(below),
+            "below": [dict({"entry_id": e, "phase": p, "device": d, "mode": m, "reach": r},
+                           **({"compile": c} if c != "eager" else {}))
+                      for r, e, p, d, m, c in below]}
 
 
 def reach_lines(results: Results) -> list[str]:
@@ -70,7 +79,8 @@ def reach_lines(results: Results) -> list[str]:
     lines = [f"reach: {stats['judged']} cells judged{SEP}{stats['full']} at 100 %{SEP}{len(stats['below'])} below"]
     for b in stats["below"][:5]:
         phase = f" <{b['phase']}>" if b["phase"] != "program" else ""
-        lines.append(f"  ~ {b['entry_id']}{phase} [{b['device']}/{b['mode']}]: {b['reach']:.0%} of examples")
+        column = f"{b['device']}/{b['mode']}" + (f"/{b['compile']}" if "compile" in b else "")
+        lines.append(f"  ~ {b['entry_id']}{phase} [{column}]: {b['reach']:.0%} of examples")
     return lines
 
 
@@ -78,6 +88,8 @@ def summary_data(matrix: Matrix, results: Results) -> dict:
     """The content of ``summary.json``."""
     columns = matrix.column_counts()
     totals = {v: sum(c["counts"][v] for c in columns) for v in VERDICTS}
+    ends = {e["run_id"]: {k: v for k, v in e.items() if k not in ("record", "schema", "run_id")}
+            for e in results.ends}  # a run closed twice: the later end record
     return {
         "schema": SCHEMA_VERSION,
         "entries": len(matrix.entries),
@@ -90,7 +102,8 @@ def summary_data(matrix: Matrix, results: Results) -> dict:
         "reach": reach_stats(results),
         "columns": columns,
         "runs": [
-            {"run_id": r.get("run_id"), "started": r.get("started"), "env": r.get("env")}
+            {"run_id": r.get("run_id"), "started": r.get("started"), "env": r.get("env"),
+             "end": ends.get(r.get("run_id"))}
             for r in results.runs
         ],
         "inputs": results.inputs,
@@ -98,8 +111,8 @@ def summary_data(matrix: Matrix, results: Results) -> dict:
             "algorithm": "sha256",
             "over": "the merged result rows: each input line as read (surrounding whitespace "
                     "stripped) plus a newline, UTF-8, in matrix order (entries, then torch "
-                    "version, device, mode)",
-            "rows": len(results.texts),
-            "value": rows_digest(results.texts),
+                    "version, device, mode, compile setting)",
+            "rows": len(results),
+            "value": results.digest(),
         },
     }

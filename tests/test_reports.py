@@ -234,7 +234,7 @@ def test_summary_json_counts_env_and_digest(tmp_path):
     assert summary["runs"][0]["env"]["suite_revision"] == "abc1234"
     assert summary["runs"][0]["env"]["hypothesis_seed"] == 0
     assert summary["digest"]["rows"] == 8 and len(summary["digest"]["value"]) == 64
-    assert summary["inputs"] == [{"path": str(tmp_path / "results.jsonl"), "results": 8, "runs": 1}]
+    assert summary["inputs"] == [{"path": str(tmp_path / "results.jsonl"), "results": 8, "runs": 1, "ends": 0}]
     kept = [line.strip() for line in (tmp_path / "results.jsonl").read_text().splitlines()[1:]]
     assert summary["digest"]["value"] == hashlib.sha256(
         "".join(line + "\n" for line in sorted(kept, key=_matrix_order)).encode()).hexdigest()
@@ -272,7 +272,7 @@ def test_merge_later_file_wins_and_overrides_are_counted(tmp_path):
     assert result.summary["overrides"] == 1
     assert [r["run_id"] for r in result.summary["runs"]] == ["run-1", "run-2", "run-3"]
     # the overridden row is not part of the digest
-    alone = write(tmp_path / "alone.jsonl", [header(), row("index_add_"),
+    alone = write(tmp_path / "alone.jsonl", [header(), header("run-2"), header("run-3"), row("index_add_"),
                                              row("put_", verdict="missing-raise", run_id="run-2"),
                                              row("put_", device="cuda", run_id="run-3")])
     assert result.summary["digest"]["value"] == rows_digest(load([alone]).texts)
@@ -370,8 +370,9 @@ def test_summary_lines_bad_input_raises(tmp_path):
 
 def test_diff_regression_exits_1(tmp_path):
     a = write(tmp_path / "a.jsonl", [header(), row("put_"), row("index_add_", verdict="missing-raise")])
-    b = write(tmp_path / "b.jsonl", [header("run-2"), row("put_", verdict="nondeterministic", torch_version="2.14.0"),
-                                     row("index_add_", torch_version="2.14.0")])
+    b = write(tmp_path / "b.jsonl", [header("run-2"),
+                                     row("put_", verdict="nondeterministic", torch_version="2.14.0", run_id="run-2"),
+                                     row("index_add_", torch_version="2.14.0", run_id="run-2")])
     proc = run_cli("diff", a, b)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "put_ (torch-docs) [cpu/error]: conforms → nondeterministic (behaviour)  REGRESSION" in proc.stdout
@@ -395,10 +396,11 @@ def test_diff_names_doc_changes_apart_from_behaviour_changes(tmp_path):
     a = write(tmp_path / "a.jsonl", [header(), row("cumsum", expected="raises", observed="raised", promise="raises"),
                                      row("mm", expected="raises"), row("put_")])
     b = write(tmp_path / "b.jsonl", [header("run-2"),
-                                     row("cumsum", torch_version="2.14.1", verdict="conforms"),
-                                     row("mm", torch_version="2.14.1", verdict="stale-doc", expected="raises"),
+                                     row("cumsum", torch_version="2.14.1", verdict="conforms", run_id="run-2"),
+                                     row("mm", torch_version="2.14.1", verdict="stale-doc", expected="raises",
+                                         run_id="run-2"),
                                      row("put_", torch_version="2.14.1", verdict="undocumented-raise",
-                                         expected="raises")])
+                                         expected="raises", run_id="run-2")])
     code, lines = diff_main(a, b)
     text = "\n".join(lines)
     assert "verdicts changed (2; 1 behaviour, 1 docs):" in text
@@ -448,8 +450,8 @@ def _bad_cases():
         "corrupt-json": (f"{run}\n{good}\n{good[:-5]}\n", "corrupt JSON line", 3),
         "not-an-object": (f"{run}\n[1, 2]\n", "expected a JSON object", 2),
         "missing-fields": (f"{run}\n{json.dumps(missing)}\n", "missing required field(s): device, verdict", 2),
-        "later-unsupported-schema": (f"{run}\n{json.dumps(dict(row(), schema=3))}\n", "unsupported schema 3", 2),
-        "unsupported-schema": (f"{json.dumps(dict(header(), schema=3))}\n", "unsupported schema 3", 1),
+        "later-unsupported-schema": (f"{run}\n{json.dumps(dict(row(), schema=4))}\n", "unsupported schema 4", 2),
+        "unsupported-schema": (f"{json.dumps(dict(header(), schema=4))}\n", "unsupported schema 4", 1),
         "schema-as-text": (f"{json.dumps(dict(header(), schema='2'))}\n", "unsupported schema '2'", 1),
         "unknown-phase": (f"{run}\n{json.dumps(dict(row(), schema=2, phase='sideways'))}\n", "unknown phase 'sideways'", 2),
         "unknown-verdict": (f"{run}\n{good}\n{json.dumps(row('x', verdict='great'))}\n", "unknown verdict 'great'", 3),
@@ -491,11 +493,11 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, case):
 
 def test_bad_second_file_is_named_and_nothing_is_written(tmp_path):
     good = write(tmp_path / "good.jsonl", [header(), row()])
-    bad = write(tmp_path / "bad.jsonl", [header("run-2"), dict(row(), schema=3)])
+    bad = write(tmp_path / "bad.jsonl", [header("run-2"), dict(row(), schema=4, run_id="run-2")])
     proc = run_cli("build", good, bad, "--out", tmp_path / "out")
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (f"reports: error: {bad}:2: unsupported schema 3 "
-                                   "(this reader knows schemas 1, 2; it writes 2)")
+    assert proc.stderr.strip() == (f"reports: error: {bad}:2: unsupported schema 4 "
+                                   "(this reader knows schemas 1, 2, 3; it writes 3)")
     assert not (tmp_path / "out").exists()
 
 
