@@ -610,14 +610,6 @@ def _is_case(nodeid: str) -> bool:
     return f"::{CONFORMANCE_TEST}[" in nodeid
 
 
-def _is_end_record(line: str) -> bool:
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return False
-    return isinstance(record, dict) and record.get("record") == "end"
-
-
 def report_dir(results: Path) -> Path:
     """Where the end-of-run matrix goes: ``reports/out/results.jsonl`` -> ``reports/out/results-report/``."""
     return results.with_name(results.stem + REPORT_SUFFIX)
@@ -890,19 +882,8 @@ class ResultsWriter:
 
     def _build(self, out_dir: Path) -> None:
         from reports.build import build
-        from reports.load import ResultsError
 
-        try:
-            build([self.path], out_dir)
-        except ResultsError as exc:
-            # A reader that does not know end records yet: hand it the file without them.
-            if "'end'" not in str(exc):
-                raise
-            with tempfile.TemporaryDirectory(prefix="detconf-build-") as tmp:
-                copy = Path(tmp) / self.path.name
-                with open(self.path, encoding="utf-8") as src, open(copy, "w", encoding="utf-8") as dst:
-                    dst.writelines(line for line in src if not _is_end_record(line))
-                build([copy], out_dir)
+        build([self.path], out_dir)
 
 
 def _case_for_nodeid(config: pytest.Config, nodeid: str):
