@@ -14,15 +14,20 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import pickle
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
+
 from reports.load import gc_paused, load
-from reports.matrix import Matrix, write_html, write_markdown, write_matrix_csv, write_png, write_results_csv
+from reports.matrix import Matrix, png_spec, write_html, write_markdown, write_matrix_csv, write_png, write_results_csv
 from reports.output import OutputError, check_out_dir, check_targets
 from reports.summary import summary_data
 
@@ -121,27 +126,87 @@ def _build(paths, out_dir) -> BuildResult:
     )
 
 
+#: From this many rows on, the picture and the digest are made by two helper processes while
+#: this one writes the rest (both are Python-bound, so threads would take turns).
+HELPER_ROWS = 200_000
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
+
+
+class _Helper:
+    """``MODULE.main(ARGS)`` in a Python process of its own, running beside the build (this
+    checkout's ``reports`` first on its path, whatever the working folder holds); ``result()``
+    is its standard output."""
+
+    def __init__(self, module: str, *args: str):
+        code = (f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r}); "
+                f"from {module} import main; sys.exit(main(sys.argv[1:]))")
+        self.module = module
+        self.proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+
+    def result(self) -> str:
+        out, err = self.proc.communicate()
+        reason = " ".join((err.strip().splitlines() or [f"exit status {self.proc.returncode}"])[-1].split())
+        if self.proc.returncode == 3:
+            raise OSError(reason)
+        if self.proc.returncode:
+            raise RuntimeError(f"{self.module}: {reason}")
+        return out.strip()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
+
+
+def _start_helpers(matrix: Matrix, results, tmp: Path) -> tuple[_Helper, _Helper] | tuple[None, None]:
+    """The picture and the digest in processes of their own, for many rows on more than one CPU.
+    Their inputs go through files in the build's private temporary folder."""
+    if len(results) < HELPER_ROWS or (os.cpu_count() or 1) < 2:
+        return None, None
+    spec = tmp / ".picture.pickle"
+    with open(spec, "wb") as f:
+        pickle.dump(png_spec(matrix), f)
+    paths, files, starts, ends, newline = results.spans()
+    np.savez(tmp / ".spans.npz", paths=np.array([os.path.abspath(p) for p in paths]), files=files, starts=starts,
+             ends=ends, newline_after=newline)
+    picture = _Helper("reports.picture", str(spec), str(tmp / "matrix.png"))
+    digest = _Helper("reports.spans", str(tmp / ".spans.npz"))
+    return picture, digest
+
+
 def _write(matrix: Matrix, results, tmp: Path, lap) -> dict:
     """Every report file into ``tmp``; returns the summary. ``results.csv`` is written by a
     second thread meanwhile: it is pyarrow's work, which lets go of the interpreter."""
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="reports-csv") as pool:
-        long_form = pool.submit(write_results_csv, results, tmp / "results.csv")
-        try:
-            write_matrix_csv(matrix, tmp)
-            lap("matrix.csv")
-            write_markdown(matrix, results, tmp)
-            lap("markdown")
-            write_html(matrix, results, tmp)
-            lap("html")
-            write_png(matrix, tmp)
-            lap("png")
-            summary = summary_data(matrix, results)
-            text = json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-            (tmp / "summary.json").write_text(text, encoding="utf-8")
-            lap("summary")
-        except BaseException:
-            long_form.exception()  # wait for it; the first failure is the one reported
-            raise
-        long_form.result()
-        lap("results.csv")
+    picture, digest = _start_helpers(matrix, results, tmp)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="reports-csv") as pool:
+            long_form = pool.submit(write_results_csv, results, tmp / "results.csv")
+            try:
+                write_matrix_csv(matrix, tmp)
+                lap("matrix.csv")
+                write_markdown(matrix, results, tmp)
+                lap("markdown")
+                write_html(matrix, results, tmp)
+                lap("html")
+                if picture is None:
+                    write_png(matrix, tmp)
+                else:
+                    picture.result()
+                lap("png")
+                summary = summary_data(matrix, results, digest.result() if digest is not None else None)
+                text = json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+                (tmp / "summary.json").write_text(text, encoding="utf-8")
+                lap("summary")
+            except BaseException:
+                long_form.exception()  # wait for it; the first failure is the one reported
+                raise
+            long_form.result()
+            lap("results.csv")
+    finally:
+        for helper in (picture, digest):
+            if helper is not None:
+                helper.stop()
+    for name in (".picture.pickle", ".spans.npz"):
+        (tmp / name).unlink(missing_ok=True)
     return summary

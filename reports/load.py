@@ -1,15 +1,15 @@
 """Read, validate and merge results files (JSON lines, docs/results-schema.md).
 
-:func:`load` returns :class:`Results`: every result row read (an Arrow table), which rows the
-merge kept and in what order (matrix order), the entries, the matrix columns, the run records
-and the end records. Every problem is a :class:`ResultsError` with a one-line message
-``FILE:LINE: problem`` that the command line prints as is; all input is validated before
-anything is written anywhere.
+:func:`load` returns :class:`Results`: the result rows the merge kept, in matrix order, as an
+Arrow table, with the entries, the matrix columns, the run records and the end records. Every
+problem is a :class:`ResultsError` with a one-line message ``FILE:LINE: problem`` that the
+command line prints as is; all input is validated before anything is written anywhere.
 
-How a file is read. It is read in chunks of whole lines (32 MiB). Each chunk is parsed column
-by column by pyarrow's JSON reader with an explicit schema: only the fields the reports use are
-converted, the rest of each line (the ``detail`` evidence, most of its bytes) is checked for
-being JSON and skipped. Before a chunk is trusted, everything the line-by-line reading below
+How a file is read. It is read in chunks of whole lines (32 MiB), two chunks parsed at a time
+by worker threads and taken in in file order. Each chunk is parsed column by column by
+pyarrow's JSON reader with an explicit schema: only the fields the reports use are converted,
+the rest of each line (the ``detail`` evidence, most of its bytes) is checked for being JSON
+and skipped. Before a chunk is trusted, everything the line-by-line reading below
 would reject is ruled out: one row per non-blank line, UTF-8, no byte-order mark, no line
 nested deeper than :data:`MAX_DEPTH`, every record of a known kind and schema, required
 fields present. A chunk that fails any of these, or that pyarrow refuses, is read again line
@@ -35,7 +35,6 @@ import gc
 import hashlib
 import json
 import math
-import mmap
 import os
 import re
 import sys
@@ -50,6 +49,7 @@ import pyarrow.json as pj
 
 from detconf.vocabulary import COMPILERS, DISPLAY_ORDER, MODES, PHASES, READABLE_SCHEMAS, SCHEMA_VERSION, meaning
 from detconf.vocabulary import PASSING as _PASSING
+from reports import spans as spans_mod
 
 # Display order is the order of this mapping: conforms, failures from the worst, then the
 # other passing verdicts.
@@ -312,7 +312,6 @@ def _check_record(rec: object) -> tuple[str | None, str | None]:
 
 _STRING_OR_BRACKET = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-_BLANK = b" \t\r\x0b\x0c"  # what bytes.strip() strips, besides the newline
 
 
 def _depth(line: bytes) -> int:
@@ -764,22 +763,19 @@ class Results:
         frame["column_code"] = self.column_codes
         return frame
 
-    def line_batches(self, rows: Iterable[int] | None = None, batch: int = 1 << 16) -> Iterator[list[bytes]]:
+    def spans(self, rows: Iterable[int] | None = None) -> tuple:
+        """``(paths, file, start, end, newline_after)`` of rows (default: all, in matrix order):
+        where each row's text is (see :mod:`reports.spans`)."""
+        index = slice(None) if rows is None else np.asarray(list(rows), dtype=np.int64)
+        column = self.table.column
+        return (self.paths, column("file").to_numpy()[index], column("start").to_numpy()[index],
+                column("end").to_numpy()[index], column("newline_after").to_numpy(zero_copy_only=False)[index])
+
+    def line_batches(self, rows: Iterable[int] | None = None) -> Iterator[list[bytes]]:
         """The text of rows (default: all, in matrix order) as read, surrounding whitespace
-        stripped, a batch at a time. The files are mapped, not read; each batch's pages are let
-        go of (they stay in the page cache)."""
-        index = np.arange(len(self)) if rows is None else np.asarray(list(rows), dtype=np.int64)
-        files = self.table.column("file").to_numpy()[index]
-        starts = self.table.column("start").to_numpy()[index]
-        ends = self.table.column("end").to_numpy()[index]
-        used = set(np.unique(files).tolist())
-        with _Mapped(self.paths) as maps:
-            mapped = [maps[i] if i in used else None for i in range(len(self.paths))]
-            for first in range(0, len(index), batch):
-                part = slice(first, first + batch)
-                yield [mapped[f][s:e] for f, s, e in zip(files[part].tolist(), starts[part].tolist(),
-                                                        ends[part].tolist())]
-                maps.release()
+        stripped, a batch at a time."""
+        paths, files, starts, ends, _ = self.spans(rows)
+        return spans_mod.texts(paths, files, starts, ends)
 
     @property
     def texts(self) -> list[str]:
@@ -792,65 +788,8 @@ class Results:
         return [json.loads(t) for batch in self.line_batches() for t in batch]
 
     def digest(self) -> str:
-        """:func:`rows_digest` of the rows, hashed straight from the mapped files (each row's
-        text and the newline after it), a batch of rows at a time."""
-        h = hashlib.sha256()
-        update = h.update
-        files = self.table.column("file").to_numpy()
-        starts = self.table.column("start").to_numpy()
-        ends = self.table.column("end").to_numpy()
-        newline = self.table.column("newline_after").to_numpy(zero_copy_only=False)
-        used = sorted(set(np.unique(files).tolist()))
-        batch = 1 << 16
-        with _Mapped(self.paths) as maps:
-            views = [memoryview(maps[f]) if f in used else None for f in range(len(self.paths))]
-            try:
-                for first in range(0, len(files), batch):
-                    part = slice(first, first + batch)
-                    f, s, e = files[part].tolist(), starts[part].tolist(), ends[part]
-                    if newline[part].all():  # the usual case: hash each line with its newline
-                        for fi, si, ei in zip(f, s, (e + 1).tolist()):
-                            update(views[fi][si:ei])
-                    else:
-                        for fi, si, ei, nl in zip(f, s, e.tolist(), newline[part].tolist()):
-                            update(views[fi][si:ei + 1] if nl else bytes(views[fi][si:ei]) + b"\n")
-                    maps.release()
-            finally:
-                for view in views:
-                    if view is not None:
-                        view.release()
-        return h.hexdigest()
-
-
-class _Mapped:
-    """Read-only memory maps of the input files; ``release`` drops their pages from this
-    process's memory (they stay in the page cache)."""
-
-    def __init__(self, paths: list[str]):
-        self.paths = paths
-        self.maps: dict[int, mmap.mmap] = {}
-        self.files = []
-
-    def __enter__(self) -> "_Mapped":
-        return self
-
-    def __getitem__(self, index: int) -> mmap.mmap:
-        if index not in self.maps:
-            f = open(self.paths[index], "rb")
-            self.files.append(f)
-            self.maps[index] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        return self.maps[index]
-
-    def release(self) -> None:
-        if hasattr(mmap, "MADV_DONTNEED"):
-            for m in self.maps.values():
-                m.madvise(mmap.MADV_DONTNEED)
-
-    def __exit__(self, *exc) -> None:
-        for m in self.maps.values():
-            m.close()
-        for f in self.files:
-            f.close()
+        """:func:`rows_digest` of the rows, hashed straight from the files."""
+        return spans_mod.digest(*self.spans())
 
 
 def rows_digest(texts: list[str]) -> str:

@@ -506,81 +506,49 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def write_png(matrix: Matrix, out: Path, limit: int = PNG_MAX_ENTRIES) -> None:
-    """Heatmap of the verdicts: entries down, device/mode across, one colour per verdict.
+def png_spec(matrix: Matrix, limit: int = PNG_MAX_ENTRIES) -> dict:
+    """What ``matrix.png`` shows, as plain data for :func:`reports.picture.draw`.
 
-    The figure grows with the matrix (0.2 inch a row, 0.45 inch a column, 0.2 beyond
-    PNG_WIDE_COLUMNS columns). Beyond ``limit`` entries it shows a selection
-    (:func:`png_selection`: failing entries first) and beyond PNG_MAX_COLUMNS columns the first
-    ones, and says so in its title -- a picture of thousands of rows cannot be read, the HTML
-    and CSV hold every row.
+    Entries down, device/mode (/compile) across, one colour per verdict. Beyond ``limit``
+    entries a selection (:func:`png_selection`: failing entries first) and beyond
+    PNG_MAX_COLUMNS columns the first ones, and the title says so -- a picture of thousands of
+    rows cannot be read, the HTML and CSV hold every row. Columns are 0.45 inch, 0.2 beyond
+    PNG_WIDE_COLUMNS (the picture's cost grows with its pixels).
     """
-    # A bare Figure (no pyplot) renders with Agg and leaves the process's backend alone.
-    from matplotlib.colors import ListedColormap
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
-
     selected = png_selection(matrix, limit)
     shown_columns = min(len(matrix.columns), PNG_MAX_COLUMNS)
     codes = matrix.codes[selected][:, :shown_columns].astype(np.int64)
-    column_labels = [_png_text(label) for label in matrix.labels[:shown_columns]]
-    names = VERDICT_NAMES
-    cmap = ListedColormap([COLOURS[v] for v in names] + [MISSING_COLOUR])
-
     n_rows, n_cols = codes.shape
-    labels = [_shorten(_png_text(s), 60) for s in matrix.entries["entry_id"].to_numpy()[selected]]
     sources = matrix.entries["source"].to_numpy()[selected]
     lists = matrix.entries["list_name"].to_numpy()[selected]
     group_starts = [i for i in range(n_rows)
                     if i == 0 or (sources[i], lists[i]) != (sources[i - 1], lists[i - 1])]
-    group_labels = [_shorten(_png_text(f"{sources[i]} · {lists[i]}"), 40) for i in group_starts]
-
-    # Sizes in inches: label areas grow with the longest label, the grid with the matrix.
-    char = 0.075
-    left = 0.3 + max((len(s) for s in labels), default=10) * char
-    top = 0.6 + max((len(s) for s in column_labels), default=8) * char
-    # Narrower columns when there are many (the picture's cost grows with its pixels).
-    cell_w = 0.45 if n_cols <= PNG_WIDE_COLUMNS else 0.2
-    grid_w, grid_h = cell_w * max(n_cols, 1), 0.2 * max(n_rows, 1)
-    groups_w = 0.3 + max((len(s) for s in group_labels), default=0) * char
-    legend_w, legend_h = 2.8, 0.6 + 0.2 * (len(VERDICTS) + 1)
-    width = left + grid_w + groups_w + legend_w
-    height = max(top + grid_h + 0.3, top + legend_h)
-    fig = Figure(figsize=(width, height), dpi=100)
-    ax = fig.add_axes((left / width, (height - top - grid_h) / height, grid_w / width, grid_h / height))
-    # The colours are looked up here, cell by cell (matplotlib would colour-map the picture
-    # after resampling it: every pixel).
-    palette = (cmap(np.arange(len(names) + 1)) * 255).round().astype(np.uint8)
-    ax.imshow(palette[codes], aspect="auto", interpolation="nearest")
-    ax.set_xticks(range(n_cols), column_labels, rotation=90, parse_math=False, fontsize=8)
-    ax.xaxis.tick_top()
-    # Row labels as plain texts: a tick per row costs several artists each.
-    ax.set_yticks([])
-    for i, label in enumerate(labels):
-        ax.text(-0.5 - 0.05 / cell_w, i, label, fontsize=7, va="center", ha="right",
-                parse_math=False, clip_on=False)
-    # White lines between cells, black lines and a label at each (source, list) group.
-    ax.vlines(np.arange(0.5, n_cols - 1), -0.5, n_rows - 0.5, colors="white", linewidth=0.6)
-    ax.hlines(np.arange(0.5, n_rows - 1), -0.5, n_cols - 0.5, colors="white", linewidth=0.6)
-    for start, label in zip(group_starts, group_labels):
-        if start:
-            ax.axhline(start - 0.5, color="black", linewidth=1.0)
-        ax.text(n_cols - 0.5 + 0.15 / cell_w, start - 0.5, label, fontsize=7, va="top", ha="left",
-                parse_math=False, clip_on=False)
-
     seen = set(np.unique(codes).tolist())
-    handles = [Patch(facecolor=COLOURS[v], edgecolor="#555", label=v)
-               for i, v in enumerate(names) if i in seen]
+    legend = [(v, COLOURS[v]) for i, v in enumerate(VERDICT_NAMES) if i in seen]
     if NOT_RUN in seen:
-        handles.append(Patch(facecolor=MISSING_COLOUR, edgecolor="#555", label=f"not run ({MISSING})"))
-    fig.legend(handles=handles, loc="upper left", fontsize=8, frameon=False,
-               bbox_to_anchor=((left + grid_w + groups_w) / width, 1.0 - top / height))
+        legend.append((f"not run ({MISSING})", MISSING_COLOUR))
     total = len(matrix.entries)
     title = f"detconf compatibility matrix: {total} entries x {len(matrix.columns)} columns"
     if n_rows < total:
         title += f"; {n_rows} shown (failing entries first, see matrix.html for all)"
     if shown_columns < len(matrix.columns):
         title += f"; the first {shown_columns} columns shown"
-    fig.text(0.1 / width, 1.0 - 0.1 / height, title, fontsize=9, va="top", parse_math=False)
-    fig.savefig(out / "matrix.png", format="png", metadata={"Software": None},
-                pil_kwargs={"compress_level": 3})
+    return {
+        "codes": codes,
+        "palette": [COLOURS[v] for v in VERDICT_NAMES] + [MISSING_COLOUR],
+        "labels": [_shorten(_png_text(s), 60) for s in matrix.entries["entry_id"].to_numpy()[selected]],
+        "column_labels": [_png_text(label) for label in matrix.labels[:shown_columns]],
+        "group_starts": group_starts,
+        "group_labels": [_shorten(_png_text(f"{sources[i]} · {lists[i]}"), 40) for i in group_starts],
+        "legend": legend,
+        "legend_slots": len(VERDICTS) + 1,
+        "title": title,
+        "cell_w": 0.45 if n_cols <= PNG_WIDE_COLUMNS else 0.2,
+    }
+
+
+def write_png(matrix: Matrix, out: Path, limit: int = PNG_MAX_ENTRIES) -> None:
+    """``matrix.png``: the heatmap of :func:`png_spec`."""
+    from reports.picture import draw
+
+    draw(png_spec(matrix, limit), str(out / "matrix.png"))

@@ -62,7 +62,6 @@ def csv_arrow(values):
     """A pyarrow string array with :func:`csv_cell` applied: cells whose first byte starts a
     formula are found column-wise (on the array's buffers) and passed through
     :func:`csv_cell` (the same rule, numbers excepted)."""
-    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -87,7 +86,7 @@ def _string_parts(values):
     return offsets, data
 
 
-def _starts_with_any(values, first_bytes) -> "np.ndarray":
+def _starts_with_any(values, first_bytes):
     """Per cell of a pyarrow string array: does it start with one of ``first_bytes``?"""
     import numpy as np
 

@@ -84,8 +84,8 @@ def reach_lines(results: Results) -> list[str]:
     return lines
 
 
-def summary_data(matrix: Matrix, results: Results) -> dict:
-    """The content of ``summary.json``."""
+def summary_data(matrix: Matrix, results: Results, digest: str | None = None) -> dict:
+    """The content of ``summary.json`` (``digest``: the rows' digest where it was taken already)."""
     columns = matrix.column_counts()
     totals = {v: sum(c["counts"][v] for c in columns) for v in VERDICTS}
     ends = {e["run_id"]: {k: v for k, v in e.items() if k not in ("record", "schema", "run_id")}
@@ -113,6 +113,6 @@ def summary_data(matrix: Matrix, results: Results) -> dict:
                     "stripped) plus a newline, UTF-8, in matrix order (entries, then torch "
                     "version, device, mode, compile setting)",
             "rows": len(results),
-            "value": results.digest(),
+            "value": digest if digest is not None else results.digest(),
         },
     }

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -340,4 +339,37 @@ def test_benchmark_runs_and_prints_its_table(tmp_path):
     assert proc.returncode == 0, proc.stderr
     table = proc.stdout.splitlines()[-2:]
     assert table[0].startswith("build ") and table[1].startswith("diff ")
-    assert all("3,000" in line and " s " in line and "MiB" in line for line in table)
+    assert all("3,000" in line and line.count(" s ") == 2 and "MiB" in line for line in table)
+
+
+def test_helper_processes_make_the_same_files(tmp_path, monkeypatch):
+    """Over many rows the picture and the digest come from helper processes: the same bytes."""
+    from reports import build as build_mod
+
+    files = [p for p in PUBLISHED if "sweep" not in str(p)]
+    monkeypatch.setattr(build_mod, "HELPER_ROWS", 10 ** 9)
+    build(files, tmp_path / "here")
+    monkeypatch.setattr(build_mod, "HELPER_ROWS", 0)
+    build(files, tmp_path / "helpers")
+    for name in build_mod.OUTPUT_FILES:
+        assert (tmp_path / "here" / name).read_bytes() == (tmp_path / "helpers" / name).read_bytes(), name
+    assert sorted(p.name for p in (tmp_path / "helpers").iterdir()) == sorted(build_mod.OUTPUT_FILES)
+
+
+def test_a_helper_that_cannot_write_is_one_line(tmp_path, capsys, monkeypatch):
+    from reports import __main__ as cli
+    from reports import build as build_mod
+
+    monkeypatch.setattr(build_mod, "HELPER_ROWS", 0)
+    fake = tmp_path / "fake" / "reports"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "picture.py").write_text("import sys\ndef main(argv):\n    print('No space left on device', file=sys.stderr)\n"
+                                     "    return 3\n")
+    (fake / "spans.py").write_text("def main(argv):\n    print('0' * 64)\n    return 0\n")
+    monkeypatch.setattr(build_mod, "_PACKAGE_ROOT", str(tmp_path / "fake"))
+    out = tmp_path / "out"
+    code = cli.main(["build", str(PUBLISHED[0]), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "No space left on device" in err, err
+    assert not out.exists()
