@@ -26,7 +26,7 @@ from typing import Iterable
 
 import numpy as np
 
-from reports.load import gc_paused, load
+from reports.load import ROW_FIELDS, gc_paused, load
 from reports.matrix import Matrix, png_spec, write_html, write_markdown, write_matrix_csv, write_png, write_results_csv
 from reports.output import OutputError, check_out_dir, check_targets
 from reports.summary import summary_data
@@ -96,7 +96,7 @@ def _build(paths, out_dir) -> BuildResult:
     out = check_out_dir(out_dir)
     check_targets(out, OUTPUT_FILES)
     _check_inputs_are_not_outputs(paths, out)
-    results = load(paths)
+    results = load(paths, columns=ROW_FIELDS)
     lap("load")
     matrix = Matrix.from_results(results)
     lap("pivot")

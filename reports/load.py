@@ -509,7 +509,7 @@ def _read_fast(data: _Chunk, lines: _Lines) -> tuple[pa.Table, pa.Table, np.ndar
     if not pc.all(pc.is_in(schema, value_set=_SCHEMAS)).as_py():
         return None
     is_result = np.asarray(pc.equal(record, "result").combine_chunks(), dtype=bool)
-    results = table.filter(pa.array(is_result))
+    results = table if is_result.all() else table.filter(pa.array(is_result))
     for name in _REQUIRED_STR:
         if results.column(name).null_count:
             return None
@@ -818,7 +818,7 @@ def gc_paused():
 # ----------------------------------------------------------------------------- loading
 
 #: The columns merging, ordering and the entries need, whatever a caller keeps.
-_ALWAYS = tuple(dict.fromkeys(MERGE_KEY + ENTRY_KEY + COLUMN_KEY + ("list_name", "position")))
+_ALWAYS = tuple(dict.fromkeys(MERGE_KEY + ENTRY_KEY + COLUMN_KEY + ENTRY_ATTRIBUTES))
 
 
 @dataclass
