@@ -26,7 +26,7 @@ from typing import Iterable
 
 import numpy as np
 
-from reports.load import gc_paused, load
+from reports.load import ROW_FIELDS, gc_paused, load
 from reports.matrix import Matrix, png_spec, write_html, write_markdown, write_matrix_csv, write_png, write_results_csv
 from reports.output import OutputError, check_out_dir, check_targets
 from reports.summary import summary_data
@@ -96,7 +96,7 @@ def _build(paths, out_dir) -> BuildResult:
     out = check_out_dir(out_dir)
     check_targets(out, OUTPUT_FILES)
     _check_inputs_are_not_outputs(paths, out)
-    results = load(paths)
+    results = load(paths, columns=ROW_FIELDS)
     lap("load")
     matrix = Matrix.from_results(results)
     lap("pivot")
@@ -126,8 +126,10 @@ def _build(paths, out_dir) -> BuildResult:
     )
 
 
-#: From this many rows on, the picture and the digest are made by two helper processes while
-#: this one writes the rest (both are Python-bound, so threads would take turns).
+#: The picture (from this many cells drawn on) and the digest (from this many rows on) are made
+#: by helper processes while this one writes the rest: both are Python-bound, so threads would
+#: take turns, and each costs seconds there.
+HELPER_CELLS = 5_000
 HELPER_ROWS = 200_000
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 
@@ -159,19 +161,22 @@ class _Helper:
         self.proc.communicate()
 
 
-def _start_helpers(matrix: Matrix, results, tmp: Path) -> tuple[_Helper, _Helper] | tuple[None, None]:
-    """The picture and the digest in processes of their own, for many rows on more than one CPU.
-    Their inputs go through files in the build's private temporary folder."""
-    if len(results) < HELPER_ROWS or (os.cpu_count() or 1) < 2:
+def _start_helpers(matrix: Matrix, results, tmp: Path) -> tuple[_Helper | None, _Helper | None]:
+    """The picture and the digest in processes of their own where they are big, on more than
+    one CPU. Their inputs go through files in the build's private temporary folder."""
+    if (os.cpu_count() or 1) < 2:
         return None, None
-    spec = tmp / ".picture.pickle"
-    with open(spec, "wb") as f:
-        pickle.dump(png_spec(matrix), f)
-    paths, files, starts, ends, newline = results.spans()
-    np.savez(tmp / ".spans.npz", paths=np.array([os.path.abspath(p) for p in paths]), files=files, starts=starts,
-             ends=ends, newline_after=newline)
-    picture = _Helper("reports.picture", str(spec), str(tmp / "matrix.png"))
-    digest = _Helper("reports.spans", str(tmp / ".spans.npz"))
+    picture = digest = None
+    spec = png_spec(matrix)
+    if spec["codes"].size >= HELPER_CELLS or len(results) >= HELPER_ROWS:
+        with open(tmp / ".picture.pickle", "wb") as f:
+            pickle.dump(spec, f)
+        picture = _Helper("reports.picture", str(tmp / ".picture.pickle"), str(tmp / "matrix.png"))
+    if len(results) >= HELPER_ROWS:
+        paths, files, starts, ends, newline = results.spans()
+        np.savez(tmp / ".spans.npz", paths=np.array([os.path.abspath(p) for p in paths]), files=files,
+                 starts=starts, ends=ends, newline_after=newline)
+        digest = _Helper("reports.spans", str(tmp / ".spans.npz"))
     return picture, digest
 
 

@@ -509,7 +509,7 @@ def _read_fast(data: _Chunk, lines: _Lines) -> tuple[pa.Table, pa.Table, np.ndar
     if not pc.all(pc.is_in(schema, value_set=_SCHEMAS)).as_py():
         return None
     is_result = np.asarray(pc.equal(record, "result").combine_chunks(), dtype=bool)
-    results = table.filter(pa.array(is_result))
+    results = table if is_result.all() else table.filter(pa.array(is_result))
     for name in _REQUIRED_STR:
         if results.column(name).null_count:
             return None
@@ -712,19 +712,48 @@ def _fingerprint_digests(data: _Chunk, lines: _Lines, result_rows: np.ndarray, h
 
 # ----------------------------------------------------------------------------- results
 
+class _Columns:
+    """The columns of every row read, each in one piece (in the order read), and which rows the
+    merge kept in which order. A column in matrix order is taken on first use; ``results.csv``
+    takes its columns a batch of rows at a time instead (in a thread of its own)."""
+
+    def __init__(self, table: pa.Table, order: np.ndarray):
+        self.order = order
+        self._order = pa.array(order)
+        self.names = table.column_names
+        self.source: dict[str, pa.Array] = {}
+        pool = pa.default_memory_pool()
+        for name in self.names:  # one column at a time: the chunks of each are let go of at once
+            self.source[name] = table.column(0).combine_chunks()
+            table = table.remove_column(0)
+            pool.release_unused()
+        self.taken: dict[str, pa.Array] = {}
+
+    def column(self, name: str) -> pa.Array:
+        if name not in self.taken:
+            self.taken[name] = self.source[name].take(self._order)
+        return self.taken[name]
+
+    def rows(self, name: str, start: int, stop: int) -> pa.Array:
+        """Rows ``start:stop`` (matrix order) of one column."""
+        if name in self.taken:
+            return self.taken[name].slice(start, stop - start)
+        return self.source[name].take(pa.array(self.order[start:stop]))
+
+
 @dataclass
 class Results:
     """Result rows of one or more results files, merged: the rows the merge kept, in matrix
     order (entries, then torch version, device, mode, compile setting).
 
-    ``table`` holds them column by column (TABLE_SCHEMA, then ``file`` -- an index into
+    ``column(name)`` gives one column of them (TABLE_SCHEMA, then ``file`` -- an index into
     ``paths`` --, ``line``, ``start`` and ``end`` -- the byte span of the row's text in its
-    file -- and ``seq``, the row's place among all rows read); ``entry_codes`` and
-    ``column_codes`` give each row's entry (an index into ``entries``) and column (into
-    ``columns``).
+    file --, ``newline_after`` and ``seq``, the row's place among all rows read);
+    ``entry_codes`` and ``column_codes`` give each row's entry (an index into ``entries``) and
+    column (into ``columns``).
     """
 
-    table: pa.Table
+    store: _Columns
     entry_codes: np.ndarray  # per row, its entry
     column_codes: np.ndarray  # per row, its column
     runs: list[dict]  # run records (a repeated run_id: the later record wins)
@@ -737,11 +766,24 @@ class Results:
     fingerprints: np.ndarray | None = None  # per row: digest of its fingerprints (2 words), zeros where none
 
     def __len__(self) -> int:
-        return self.table.num_rows
+        return len(self.store.order)
 
     def column(self, name: str) -> pa.Array:
         """One column of the rows, in matrix order."""
-        return self.table.column(name).combine_chunks()
+        return self.store.column(name)
+
+    def column_rows(self, name: str, start: int, stop: int) -> pa.Array:
+        """Rows ``start:stop`` of one column (without taking the whole column)."""
+        return self.store.rows(name, start, stop)
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self.store.names)
+
+    @property
+    def table(self) -> pa.Table:
+        """All the columns, in matrix order (for small results: every column is taken)."""
+        return pa.table({name: self.column(name) for name in self.store.names})
 
     def pylist(self, name: str) -> list:
         return self.column(name).to_pylist()
@@ -767,7 +809,7 @@ class Results:
         """``(paths, file, start, end, newline_after)`` of rows (default: all, in matrix order):
         where each row's text is (see :mod:`reports.spans`)."""
         index = slice(None) if rows is None else np.asarray(list(rows), dtype=np.int64)
-        column = self.table.column
+        column = self.column
         return (self.paths, column("file").to_numpy()[index], column("start").to_numpy()[index],
                 column("end").to_numpy()[index], column("newline_after").to_numpy(zero_copy_only=False)[index])
 
@@ -818,7 +860,7 @@ def gc_paused():
 # ----------------------------------------------------------------------------- loading
 
 #: The columns merging, ordering and the entries need, whatever a caller keeps.
-_ALWAYS = tuple(dict.fromkeys(MERGE_KEY + ENTRY_KEY + COLUMN_KEY + ("list_name", "position")))
+_ALWAYS = tuple(dict.fromkeys(MERGE_KEY + ENTRY_KEY + COLUMN_KEY + ENTRY_ATTRIBUTES))
 
 
 @dataclass
@@ -1021,22 +1063,6 @@ def _group(table: pa.Table, names: tuple[str, ...], rows: np.ndarray | None = No
     return inverse.reshape(-1), len(uniq)
 
 
-def _take(holder: list, rows: np.ndarray) -> pa.Table:
-    """``table.take(rows)`` of the one table in ``holder`` (which gives it up), as contiguous
-    columns, one column at a time: a take across the chunks of each file costs many times
-    more, and each column read is let go of as soon as it is taken."""
-    table = holder.pop()
-    indices = pa.array(rows)
-    names = table.column_names
-    columns = []
-    pool = pa.default_memory_pool()
-    for _ in names:
-        columns.append(table.column(0).combine_chunks().take(indices))
-        table = table.remove_column(0)
-        pool.release_unused()  # what the column held goes back to the system, not to a cache
-    return pa.Table.from_arrays(columns, names=names)
-
-
 #: What ``diff`` keeps of each row (besides what merging and ordering need).
 DIFF_COLUMNS = ("verdict", "expected", "has_fingerprints")
 
@@ -1128,7 +1154,7 @@ def _load(paths, key: tuple[str, ...], want_fingerprints: bool, columns) -> Resu
     holder = [table.append_column("seq", pa.array(np.arange(n, dtype=np.int64)))]
     del table
     return Results(
-        table=_take(holder, order),
+        store=_Columns(holder.pop(), order),
         entry_codes=e_codes[perm],
         column_codes=c_codes[perm],
         runs=list(runs_by_id.values()),

@@ -26,10 +26,10 @@ SEEN, NOT_SEEN = "nondeterminism-seen", "no-difference-seen"
 
 def sensitivity_table(paths) -> pd.DataFrame:
     """One row per ``--mode off`` cell; a ``compile`` column where some cell is not eager."""
-    results = load(paths)
-    off = np.flatnonzero(np.asarray(pc.equal(results.column("mode"), "off"), dtype=bool))
     names = ("source", "entry_id", "promise", "devices", "device", "compile", "torch_version", "verdict",
              "examples_differing", "examples_not_differing")
+    results = load(paths, columns=("mode", *names))
+    off = np.flatnonzero(np.asarray(pc.equal(results.column("mode"), "off"), dtype=bool))
     columns = {name: results.column(name).take(off).to_pylist() for name in names}
     shows_compile = any(c != DEFAULT_COMPILE for c in columns["compile"])
     rows = []

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pyarrow.compute as pc
 
-from reports.load import PASSING, SCHEMA_VERSION, VERDICTS, NoResults, Results, load
+from reports.load import PASSING, ROW_FIELDS, SCHEMA_VERSION, VERDICTS, NoResults, Results, load
 from reports.matrix import Matrix
 
 SEP = " · "
@@ -50,7 +50,7 @@ def summary_lines(results_path: str | os.PathLike) -> list[str]:
     :class:`reports.load.ResultsError` (one-line message naming file and line).
     """
     try:
-        results = load([results_path])
+        results = load([results_path], columns=ROW_FIELDS)
     except NoResults:
         return [f"detconf: no results recorded in {os.fspath(results_path)}"]
     return matrix_lines(Matrix.from_results(results)) + reach_lines(results)

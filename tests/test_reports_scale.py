@@ -348,6 +348,7 @@ def test_helper_processes_make_the_same_files(tmp_path, monkeypatch):
 
     files = [p for p in PUBLISHED if "sweep" not in str(p)]
     monkeypatch.setattr(build_mod, "HELPER_ROWS", 10 ** 9)
+    monkeypatch.setattr(build_mod, "HELPER_CELLS", 10 ** 9)
     build(files, tmp_path / "here")
     monkeypatch.setattr(build_mod, "HELPER_ROWS", 0)
     build(files, tmp_path / "helpers")
