@@ -137,11 +137,14 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 class _Helper:
     """``MODULE.main(ARGS)`` in a Python process of its own, running beside the build (this
     checkout's ``reports`` first on its path, whatever the working folder holds); ``result()``
-    is its standard output."""
+    is what it printed. An ``OSError`` there (a file it cannot read or write) exits with status 3
+    and its reason, which ``result()`` raises here as an ``OSError``."""
 
     def __init__(self, module: str, *args: str):
-        code = (f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r}); "
-                f"from {module} import main; sys.exit(main(sys.argv[1:]))")
+        code = (f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r})\n"
+                f"from {module} import main\n"
+                "try:\n    main(sys.argv[1:])\n"
+                "except OSError as exc:\n    print(exc.strerror or exc, file=sys.stderr); sys.exit(3)\n")
         self.module = module
         self.proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)

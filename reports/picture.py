@@ -64,25 +64,12 @@ def draw(spec: dict, path: str) -> None:
     fig.savefig(path, format="png", metadata={"Software": None}, pil_kwargs={"compress_level": 3})
 
 
-def main(argv: list[str]) -> int:
-    """``python -m reports.picture SPEC OUT``: draw a pickled spec (written by a build into its
-    own private temporary folder) into OUT. Exit 3 with the reason on stderr when OUT cannot be
-    written."""
+def main(argv: list[str]) -> None:
+    """``main([SPEC, OUT])``: draw a pickled spec (written by a build into its own private
+    temporary folder) into OUT; run by the build in a helper process (``reports.build._Helper``)."""
     import pickle
-    import sys
 
     spec_path, out = argv
     with open(spec_path, "rb") as f:
         spec = pickle.load(f)
-    try:
-        draw(spec, out)
-    except OSError as exc:
-        print(exc.strerror or exc, file=sys.stderr)
-        return 3
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main(sys.argv[1:]))
+    draw(spec, out)

@@ -85,23 +85,10 @@ def digest(paths: list[str], files: np.ndarray, starts: np.ndarray, ends: np.nda
     return h.hexdigest()
 
 
-def main(argv: list[str]) -> int:
-    """``python -m reports.spans SPANS``: print the digest of the spans saved in SPANS (an
-    ``.npz`` with ``paths``, ``files``, ``starts``, ``ends``, ``newline_after``). Exit 3 with the
-    reason on stderr when a file cannot be read."""
-    import sys
-
+def main(argv: list[str]) -> None:
+    """``main([SPANS])``: print the digest of the spans saved in SPANS (an ``.npz`` with
+    ``paths``, ``files``, ``starts``, ``ends``, ``newline_after``); run by the build in a helper
+    process (``reports.build._Helper``)."""
     data = np.load(argv[0])
-    try:
-        print(digest([str(p) for p in data["paths"]], data["files"], data["starts"], data["ends"],
-                     data["newline_after"]))
-    except OSError as exc:
-        print(exc.strerror or exc, file=sys.stderr)
-        return 3
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main(sys.argv[1:]))
+    print(digest([str(p) for p in data["paths"]], data["files"], data["starts"], data["ends"],
+                 data["newline_after"]))

@@ -365,12 +365,29 @@ def test_a_helper_that_cannot_write_is_one_line(tmp_path, capsys, monkeypatch):
     fake = tmp_path / "fake" / "reports"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
-    (fake / "picture.py").write_text("import sys\ndef main(argv):\n    print('No space left on device', file=sys.stderr)\n"
-                                     "    return 3\n")
-    (fake / "spans.py").write_text("def main(argv):\n    print('0' * 64)\n    return 0\n")
+    (fake / "picture.py").write_text("import errno\ndef main(argv):\n"
+                                     "    raise OSError(errno.ENOSPC, 'No space left on device')\n")
+    (fake / "spans.py").write_text("def main(argv):\n    print('0' * 64)\n")
     monkeypatch.setattr(build_mod, "_PACKAGE_ROOT", str(tmp_path / "fake"))
     out = tmp_path / "out"
     code = cli.main(["build", str(PUBLISHED[0]), "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "No space left on device" in err, err
     assert not out.exists()
+
+
+def test_a_helper_that_crashes_is_named(tmp_path, monkeypatch):
+    """A helper failing for another reason than a file is an error naming the helper, not a
+    wrong picture or digest."""
+    from reports import build as build_mod
+
+    monkeypatch.setattr(build_mod, "HELPER_ROWS", 0)
+    fake = tmp_path / "fake" / "reports"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "picture.py").write_text("def main(argv):\n    pass\n")
+    (fake / "spans.py").write_text("def main(argv):\n    raise ValueError('bad spans file')\n")
+    monkeypatch.setattr(build_mod, "_PACKAGE_ROOT", str(tmp_path / "fake"))
+    with pytest.raises(RuntimeError, match=r"reports\.spans: ValueError: bad spans file"):
+        build([PUBLISHED[0]], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
