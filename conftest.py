@@ -283,6 +283,23 @@ def _results_problem(text: str, *, fresh: bool) -> str | None:
     return None
 
 
+def _selection_problem(expression: str | None) -> str | None:
+    """Why pytest would refuse a ``-k``/``-m`` expression, or None (pytest's own parser)."""
+    if not expression:
+        return None
+    try:
+        from _pytest.mark import expression as parser
+    except ImportError:  # a pytest without it checks the expression itself
+        return None
+    # pytest 8.3 raises ParseError; later releases a SyntaxError located in the expression.
+    errors = tuple(e for e in (getattr(parser, "ParseError", None), SyntaxError) if isinstance(e, type))
+    try:
+        parser.Expression.compile(expression)
+    except errors as exc:
+        return _one_line(getattr(exc, "message", None) or getattr(exc, "msg", None) or exc)
+    return None
+
+
 def _check_options(config: pytest.Config) -> None:
     """Every option and data file, checked before anything runs; a problem is a one-line usage
     error. Normalises ``--runs`` to an int. Cheap and torch-free (devices are checked in
@@ -305,6 +322,11 @@ def _check_options(config: pytest.Config) -> None:
     for device in option.device or []:
         if not device.strip() or device != device.strip():
             raise pytest.UsageError(f"--device needs a device name such as cpu or cuda, got {device!r}")
+    for flag, expression in (("-k", option.keyword), ("-m", option.markexpr)):
+        problem = _selection_problem(expression)
+        if problem:
+            # pytest finds it only at collection, where xdist workers crash on it one by one.
+            raise pytest.UsageError(f"wrong expression passed to {flag}: {expression}: {problem}")
     doc_version = option.doc_version
     if doc_version is not None:
         known = doc_versions()

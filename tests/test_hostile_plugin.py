@@ -123,6 +123,20 @@ def test_bad_option_is_a_one_line_usage_error(case, tmp_path):
     assert not results.exists()
 
 
+@pytest.mark.parametrize("args,needle", [
+    (["-n", "2", "-k", "put_ and ("], "wrong expression passed to -k: put_ and ("),
+    (["-n", "2", "-k", "not"], "wrong expression passed to -k: not"),
+    (["-n", "0", "-k", "bad("], "wrong expression passed to -k: bad("),
+    (["-n", "2", "-m", "slow and"], "wrong expression passed to -m: slow and"),
+], ids=["k-open-paren-xdist", "k-dangling-not-xdist", "k-serial", "m-dangling-and-xdist"])
+def test_a_bad_selection_expression_is_one_line_even_under_xdist(args, needle, tmp_path):
+    """Under xdist pytest would find it only in the workers, each crashing on it (INTERNALERROR)."""
+    results = tmp_path / "r.jsonl"
+    out = run_pytest("--source", "flag-api", "--device", "cpu", *args, "--results", str(results))
+    assert_usage_error(out, needle)
+    assert not results.exists()
+
+
 def test_bad_profile_in_the_environment_is_a_one_line_usage_error(tmp_path):
     out = run_pytest(*TINY, "--results", str(tmp_path / "r.jsonl"), env={"DETCONF_HYPOTHESIS_PROFILE": "nope"})
     assert_usage_error(out, "DETCONF_HYPOTHESIS_PROFILE='nope' is not a hypothesis profile; known: ci,")
