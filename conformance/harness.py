@@ -336,6 +336,10 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
         # Derandomized profiles: each case draws its own fixed stream, keyed by its id
         # (the same in every process and on every machine).
         explore = hypothesis.seed(zlib.crc32(case.id.encode()))(explore)
+    if parent.database is None:
+        # No example database: no key for one either (Hypothesis would hash this function's
+        # source, read from disk and tokenized, for every case).
+        explore._hypothesis_internal_database_key = None
     try:
         with compiler.case() if compiler is not None else contextlib.nullcontext(), \
                 stable_draws(_class_seed(case) if compiler is not None else None):

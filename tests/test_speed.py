@@ -83,3 +83,27 @@ def test_a_failing_example_still_reports_its_draws():
         explore()
     notes = "\n".join(getattr(failed.value, "__notes__", []))
     assert "Draw 1: 0" in notes
+
+
+def _one_case(text: str):
+    from conformance.plan import plan
+    from engine import docspec
+
+    return next(c for c in plan(docspec.installed_entries(), ["cpu"], ["error"]) if text in c.entry.id)
+
+
+@pytest.mark.parametrize("database", [None, "memory"])
+def test_an_example_database_key_only_where_there_is_a_database(database, monkeypatch):
+    import hypothesis.core as core
+    from hypothesis.database import InMemoryExampleDatabase
+
+    from engine.devices import resolve_devices
+
+    calls = []
+    real = core.function_digest
+    monkeypatch.setattr(core, "function_digest", lambda f: calls.append(f) or real(f))
+    prof = settings(max_examples=2, deadline=None, database=None if database is None else InMemoryExampleDatabase())
+    row = harness.judge(_one_case("index_copy"), resolve_devices(["cpu"])[0], runs=2, hypothesis_settings=prof)
+    assert row["verdict"] == "conforms" and row["examples"] == 2
+    # Without a database nothing hashes the test's source; with one, its key is still made.
+    assert len(calls) == (0 if database is None else 1)
