@@ -454,6 +454,17 @@ def _share_cpu_between_workers(config: pytest.Config) -> None:
 
 
 # ----------------------------------------------------------------------------- generation
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What is loaded by now (torch, Hypothesis, the catalog, the collected cases) stays until the
+    end of the run: move it out of the cyclic garbage collector's sight (``gc.freeze``), so that
+    the collections during the run, and pytest's own at its end, look only at what the run makes."""
+    if any(_is_case(item.nodeid) for item in session.items):
+        import gc
+
+        gc.freeze()
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "conformance_case" in metafunc.fixturenames:
         cases = _plan(metafunc.config)

@@ -19,12 +19,17 @@ import time
 import traceback
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import hypothesis
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+try:
+    from hypothesis.control import should_note as _should_note
+except ImportError:  # pragma: no cover - an older or newer Hypothesis without it: always data.draw
+    _should_note = None
 
 import conformance.registry  # noqa: F401  (registers every recipe and check)
 from conformance.kit import stable_draws
@@ -120,12 +125,32 @@ def _targets(case: Case, kwargs: dict) -> tuple[str, ...] | None:
         return None
 
 
+def _drawer(data: st.DataObject) -> Callable[..., Any]:
+    """The draw function handed to recipes and checks.
+
+    ``data.draw`` draws from the example's choice sequence (``data.conjecture_data.draw``) and
+    adds, per draw, bookkeeping for reporting a failing example: a note of the value drawn and a
+    check that the strategy left the global ``random`` alone. With dozens of draws per example
+    that bookkeeping costs more than drawing; outside Hypothesis' final replay of a failing
+    example (and its verbose mode) it prints nothing, so there the draws go to the choice
+    sequence directly: the same values in the same order, so the same examples.
+    """
+    conjecture = getattr(data, "conjecture_data", None)
+    if conjecture is None or _should_note is None or _should_note():
+        return data.draw
+
+    def draw(strategy: Any, label: Any = None) -> Any:
+        return conjecture.draw(strategy)
+
+    return draw
+
+
 def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject, kwargs: dict, runs: int,
                compiler: Compiler | None = None) -> Record:
     recipe = program.recipe_for(case.entry.op)
     targets = _targets(case, kwargs)
     try:
-        prog = recipe(data.draw, case.entry, kwargs, backend.torch_device())
+        prog = recipe(_drawer(data), case.entry, kwargs, backend.torch_device())
     except program.RecipeSkipped as skip:
         return _judged(case, expected, Observation(skipped=str(skip)), {})
     except (hypothesis.errors.UnsatisfiedAssumption, hypothesis.errors.StopTest):
@@ -205,9 +230,9 @@ def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObje
     fn = checks.check_for(case.entry.source, case.entry.id)
     try:
         if compiler is not None:
-            seen = fn(data.draw, case.entry, backend.torch_device(), case.mode, compiler=compiler)
+            seen = fn(_drawer(data), case.entry, backend.torch_device(), case.mode, compiler=compiler)
         else:
-            seen = fn(data.draw, case.entry, backend.torch_device(), case.mode)
+            seen = fn(_drawer(data), case.entry, backend.torch_device(), case.mode)
     except checks.CheckSkipped as skip:
         return _judged(case, expected, Observation(skipped=str(skip), check=True), {})
     except checks.CheckUnsupported as lack:
@@ -311,6 +336,10 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
         # Derandomized profiles: each case draws its own fixed stream, keyed by its id
         # (the same in every process and on every machine).
         explore = hypothesis.seed(zlib.crc32(case.id.encode()))(explore)
+    if parent.database is None:
+        # No example database: no key for one either (Hypothesis would hash this function's
+        # source, read from disk and tokenized, for every case).
+        explore._hypothesis_internal_database_key = None
     try:
         with compiler.case() if compiler is not None else contextlib.nullcontext(), \
                 stable_draws(_class_seed(case) if compiler is not None else None):

@@ -1,0 +1,109 @@
+"""The harness's shortcuts keep what it checks: the direct draw gives the examples ``data.draw``
+gives, and falls back to ``data.draw`` where Hypothesis prints the draws."""
+import hypothesis
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import conformance.harness as harness
+
+STRATEGIES = (st.integers(0, 10**3), st.sampled_from(["a", "b", "c"]), st.booleans(), st.integers(-5, 5),
+              st.floats(0, 1), st.lists(st.integers(0, 9), max_size=4))
+
+
+def _draws(use_drawer: bool, seed: int = 7) -> list[list]:
+    seen: list[list] = []
+
+    @settings(max_examples=8, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def explore(data):
+        draw = harness._drawer(data) if use_drawer else data.draw
+        seen.append([draw(s) for s in STRATEGIES])
+
+    hypothesis.seed(seed)(explore)()
+    return seen
+
+
+def test_direct_draw_gives_the_same_examples_as_data_draw():
+    direct, plain = _draws(True), _draws(False)
+    assert len(direct) == 8
+    assert direct == plain
+    assert len({repr(example) for example in direct}) > 1  # the examples differ from each other
+
+
+def test_the_comparison_sees_different_examples():
+    # The equality above is not vacuous: another seed draws other examples.
+    assert _draws(False, seed=7) != _draws(False, seed=8)
+
+
+def test_direct_draw_skips_the_per_draw_bookkeeping():
+    @settings(max_examples=1, database=None, deadline=None)
+    @given(st.data())
+    def explore(data):
+        draw = harness._drawer(data)
+        assert draw != data.draw
+        draw(st.integers(0, 3))
+        assert data.count == 0  # data.draw numbers its draws for the report; the direct draw does not
+
+    explore()
+
+
+def test_data_draw_where_hypothesis_prints_draws(monkeypatch):
+    # The final replay of a failing example (and verbose mode) notes every draw: keep data.draw there.
+    monkeypatch.setattr(harness, "_should_note", lambda: True)
+
+    @settings(max_examples=1, database=None, deadline=None)
+    @given(st.data())
+    def explore(data):
+        assert harness._drawer(data) == data.draw
+
+    explore()
+
+
+def test_data_draw_when_hypothesis_lacks_the_hook(monkeypatch):
+    monkeypatch.setattr(harness, "_should_note", None)
+
+    @settings(max_examples=1, database=None, deadline=None)
+    @given(st.data())
+    def explore(data):
+        assert harness._drawer(data) == data.draw
+
+    explore()
+
+
+def test_a_failing_example_still_reports_its_draws():
+    @settings(max_examples=5, derandomize=True, database=None, deadline=None)
+    @given(st.data())
+    def explore(data):
+        value = harness._drawer(data)(st.integers(0, 10))
+        assert value < 0
+
+    with pytest.raises(AssertionError) as failed:
+        explore()
+    notes = "\n".join(getattr(failed.value, "__notes__", []))
+    assert "Draw 1: 0" in notes
+
+
+def _one_case(text: str):
+    from conformance.plan import plan
+    from engine import docspec
+
+    return next(c for c in plan(docspec.installed_entries(), ["cpu"], ["error"]) if text in c.entry.id)
+
+
+@pytest.mark.parametrize("database", [None, "memory"])
+def test_an_example_database_key_only_where_there_is_a_database(database, monkeypatch):
+    import hypothesis.core as core
+    from hypothesis.database import InMemoryExampleDatabase
+
+    from engine.devices import resolve_devices
+
+    calls = []
+    real = core.function_digest
+    monkeypatch.setattr(core, "function_digest", lambda f: calls.append(f) or real(f))
+    prof = settings(max_examples=2, deadline=None, database=None if database is None else InMemoryExampleDatabase())
+    row = harness.judge(_one_case("index_copy"), resolve_devices(["cpu"])[0], runs=2, hypothesis_settings=prof)
+    assert row["verdict"] == "conforms" and row["examples"] == 2
+    # Without a database nothing hashes the test's source; with one, its key is still made.
+    assert len(calls) == (0 if database is None else 1)
