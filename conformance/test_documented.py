@@ -26,7 +26,8 @@ def test_documented(conformance_case, detconf_settings, record_row, request):
     needs_bare_cublas = case.device == "cuda" and "no-cublas-workspace-config" in case.entry.qualifiers
     if backend.isolate_modes or detconf_settings["isolate"] or needs_bare_cublas:
         row = judge_in_subprocess(case, profile=detconf_settings["profile"], runs=detconf_settings["runs"],
-                                  unset_env=("CUBLAS_WORKSPACE_CONFIG",) if needs_bare_cublas else ())
+                                  unset_env=("CUBLAS_WORKSPACE_CONFIG",) if needs_bare_cublas else (),
+                                  device_index=backend.index)
     else:
         row = judge(case, backend, runs=detconf_settings["runs"])
     finding = known_finding(row, detconf_settings["findings"])
