@@ -175,7 +175,9 @@ def values_fingerprint(values: list[tuple[str, torch.Tensor]]) -> str:
         h.update(label.encode())
         h.update(str(t.dtype).encode())
         h.update(repr(tuple(t.shape)).encode())
-        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        if t.numel():  # a fresh one-dimensional copy: its bytes whatever the strides, conj or neg bits
+            flat = torch.empty(t.numel(), dtype=t.dtype).copy_(t.detach().cpu().resolve_conj().resolve_neg().reshape(-1))
+            h.update(flat.view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
@@ -468,6 +470,16 @@ def crashed_row(case: Case, message: str) -> dict[str, Any]:
     row = base_row(case, None, expected)
     row.update(verdict=rec.verdict, observed=rec.observed, examples=0, runs=0, detail=rec.detail, duration_s=0.0)
     return row
+
+
+def d2d_message(row: dict[str, Any], *, rerun: str = "") -> str:
+    """Why a case failed the device-to-device check (its verdict passed)."""
+    d2d = row["d2d"]
+    first, second = d2d["devices"]
+    return (f"{row['entry_id']} ({row['mode']}): {row['verdict']} on {row['device']}:{first}, but "
+            f"{d2d['differing']} of {d2d['compared']} examples gave different bytes on {row['device']}:{second} "
+            f"(same model: {d2d['model']}); first differing fingerprints {d2d.get('first')}"
+            + (f"\nrerun: {rerun}" if rerun else ""))
 
 
 def failure_message(row: dict[str, Any], nodeid: str = "", *, rerun: str = "") -> str:

@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 from conformance.findings import known_finding
-from conformance.harness import failure_message, judge, skipped_row
+from conformance.harness import d2d_message, failure_message, judge, skipped_row
 from conformance.isolated import judge_in_subprocess
 from detconf.vocabulary import is_passing
 
@@ -44,3 +44,5 @@ def test_documented(conformance_case, detconf_settings, record_row, request):
             "update conformance/data/known-findings.json"))
     assert is_passing(row["verdict"]), failure_message(row, request.node.nodeid,
                                                       rerun=detconf_settings["rerun"](request.node))
+    d2d = row.get("d2d") or {}
+    assert d2d.get("result") != "differs", d2d_message(row, rerun=detconf_settings["rerun"](request.node))
