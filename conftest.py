@@ -72,7 +72,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="eager | aot_eager | inductor (repeatable; default: eager): run each case's program as "
                          "written or through torch.compile with that backend")
     group.addoption("--source", action="append", default=None, metavar="NAME",
-                    help="catalog source (repeatable): torch-docs, ascend, flag-api, repro-notes, sweep; "
+                    help="catalog source (repeatable): torch-docs, ascend, vendor, flag-api, repro-notes, sweep; "
                          "default: all but sweep")
     group.addoption("--doc-version", default=None, metavar="X.Y.Z",
                     help="judge the installed torch against this release's documented promises")

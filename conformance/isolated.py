@@ -53,6 +53,10 @@ def judge_payload(payload: dict[str, Any]) -> dict[str, Any]:
 
     profiles.load(payload["profile"])
     case = Case.from_json(payload["case"])
+    if case.entry.source == "vendor":
+        from conformance.catalog import import_vendor_recipes
+
+        import_vendor_recipes()
     backend = resolve_devices([case.device])[0]
     index = payload.get("device_index")
     if index is not None:

@@ -1,5 +1,8 @@
 """detconf backends for "fakedev": two devices of one model whose tensors live on the CPU.
 
+``fakedev`` comes with a vendor profile: its own deterministic list (``deterministic.json``,
+run as source ``vendor``) and the recipes for the operations detconf has none for (``recipes.py``).
+
 ``fakedev`` is honest. ``fakedev_skewed`` is the same except that its device 1 adds 1 to
 every floating-point result: each device is deterministic on its own, but the two disagree,
 which is what detconf's device-to-device check is there to see.
@@ -9,11 +12,12 @@ Environment (optional): ``FAKEDEV_SYNC_LOG`` a file that gets one line per synch
 """
 import contextlib
 import os
+from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from engine.devices import Backend
+from engine.devices import Backend, VendorProfile
 
 MODEL = "Fakedev FD-2 (CPU-backed)"
 COUNT = 2
@@ -44,7 +48,10 @@ class _Skew(TorchDispatchMode):
         return out
 
 
-def _make(name, activate):
+PROFILE = VendorProfile(data=str(Path(__file__).with_name("deterministic.json")), recipes=("fakedev_detconf.recipes",))
+
+
+def _make(name, activate, profile=None):
     return Backend(
         name=name,
         available=lambda: True,
@@ -57,11 +64,12 @@ def _make(name, activate):
         worker_memory=2**30,
         torch_device_for=lambda index: torch.device("cpu"),
         activate=activate,
+        profile=profile,
     )
 
 
 def backend():
-    return _make("fakedev", lambda index: contextlib.nullcontext())
+    return _make("fakedev", lambda index: contextlib.nullcontext(), PROFILE)
 
 
 def skewed_backend():
