@@ -33,7 +33,7 @@ def suite_root() -> Path | None:
 def run_command(args: list[str], root: Path) -> list[str]:
     """The pytest command line ``detconf run args`` stands for."""
     command = [sys.executable, "-m", "pytest", str(root / "conformance"), "--rootdir", str(root)]
-    if not (root / "pytest.ini").is_file():
+    if not (root / "pytest.ini").is_file() and "no:cacheprovider" not in args:
         # An installed suite: pytest's cache goes to the folder the command runs in, not site-packages.
         command += ["-o", f"cache_dir={Path.cwd() / '.pytest_cache'}"]
     return command + list(args)
