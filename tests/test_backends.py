@@ -179,3 +179,15 @@ def test_the_peer_is_the_next_device_of_the_same_model():
     assert [fleet.peer(mixed, i) for i in range(3)] == [2, None, 0]
     single = Backend("one", available=lambda: True)
     assert fleet.peer(single, 0) is None
+
+
+def test_docs_backends_shows_the_test_distribution_file_for_file():
+    import re
+
+    text = (ROOT / "docs" / "backends.md").read_text(encoding="utf-8")
+    shown = dict(re.findall(r"#### `([^`]+)`\n\n```[a-z]+\n(.*?)```", text, flags=re.S))
+    dist = ROOT / "tests" / "vendor_backend"
+    files = {p.relative_to(dist).as_posix() for p in dist.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert set(shown) == files
+    for name, body in shown.items():
+        assert body == (dist / name).read_text(encoding="utf-8"), name
