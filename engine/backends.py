@@ -87,7 +87,7 @@ def _load(ep: metadata.EntryPoint, origin: str) -> list[Backend]:
         if callable(obj) and not isinstance(obj, Backend):
             obj = obj()
     except Exception as exc:  # noqa: BLE001 - a vendor's import error is theirs: one line
-        first = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        first = " ".join(f"{type(exc).__name__}: {exc}".split())[:3 * 10**2]
         raise BackendError(f"{where} failed: {first}") from None
     found = [] if obj is None else [obj] if isinstance(obj, Backend) else obj
     if not isinstance(found, (list, tuple)) or not all(isinstance(b, Backend) for b in found):

@@ -191,3 +191,13 @@ def test_docs_backends_shows_the_test_distribution_file_for_file():
     assert set(shown) == files
     for name, body in shown.items():
         assert body == (dist / name).read_text(encoding="utf-8"), name
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "inf", "nan", ""])
+def test_a_bad_worker_memory_is_a_usage_error(value):
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("PYTEST_")}
+    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider",
+                          f"--worker-memory={value}", "--collect-only", "-q"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 4
+    assert out.stderr.strip().splitlines() == [f"ERROR: --worker-memory must be a positive number of GiB, got {value!r}"]
