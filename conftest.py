@@ -36,8 +36,14 @@ import pytest
 from conformance import profiles
 from detconf.vocabulary import DEFAULT_COMPILE, DEFAULT_MODES, SCHEMA_VERSION
 
-ROOT = Path(__file__).resolve().parent
-DEFAULT_RESULTS = ROOT / "reports" / "out" / "results.jsonl"
+#: The suite's root: the checkout, or the folder the packages are installed in (``pip install .``).
+ROOT = Path(profiles.__file__).resolve().parent.parent
+#: Marks this module as detconf's pytest plugin: ``detconf.plugin`` (the installed entry point)
+#: loads it only when pytest has not loaded a checkout's ``conftest.py`` already.
+DETCONF_SUITE_PLUGIN = True
+#: A checkout writes its results under its own reports/out/; an installed suite under the
+#: folder pytest runs in.
+DEFAULT_RESULTS = ((ROOT if (ROOT / "pytest.ini").is_file() else Path.cwd()) / "reports" / "out" / "results.jsonl")
 ROW_KEY = "detconf_row"
 CONFORMANCE_TEST = "test_documented"
 #: The most runs per example ``--runs`` accepts. (Spelled as a power on purpose: Hypothesis
@@ -66,7 +72,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="eager | aot_eager | inductor (repeatable; default: eager): run each case's program as "
                          "written or through torch.compile with that backend")
     group.addoption("--source", action="append", default=None, metavar="NAME",
-                    help="catalog source (repeatable): torch-docs, ascend, flag-api, repro-notes, sweep; "
+                    help="catalog source (repeatable): torch-docs, ascend, vendor, flag-api, repro-notes, sweep; "
                          "default: all but sweep")
     group.addoption("--doc-version", default=None, metavar="X.Y.Z",
                     help="judge the installed torch against this release's documented promises")
@@ -81,6 +87,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="judge every case in a fresh process (always on for backends that need it, e.g. npu)")
     group.addoption("--no-report-build", action="store_true",
                     help="do not build the matrix (in <results file without suffix>-report/) at the end")
+    group.addoption("--worker-memory", default=None, metavar="GIB",
+                    help="memory one test worker needs on a device, in GiB (default: the backend's own figure); "
+                         "-n is lowered to the number of workers the devices' free memory holds")
 
 
 def _compilers(config: pytest.Config) -> list[str]:
@@ -313,6 +322,7 @@ def _check_options(config: pytest.Config) -> None:
 
     option = config.option
     option.runs = _runs(option.runs)
+    option.worker_memory = _worker_memory(option.worker_memory)
     for mode in option.mode or []:
         if mode not in MODES:
             raise pytest.UsageError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
@@ -406,6 +416,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 raise pytest.UsageError(_one_line(
                     f"device {backend.name} is not available here: {_unavailable_reason(backend.name, info)}; "
                     "leave out --device to test every available device"))
+    _use_devices(config)
     try:
         _plan(config)
     except (UnknownSource, CatalogError) as exc:
@@ -562,6 +573,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         versions = ", ".join(f"{k} {v}" for k, v in info.get("versions", {}).items())
         lines.append(f"detconf: device {backend.name} ({state}): {info.get('device_name', '')}"
                      + (f" [{versions}]" if versions else ""))
+    lines += _device_lines(config)
     lines.append(f"detconf: flags at start: {current_state().summary()}")
     lines.append(f"detconf: hypothesis profile {settings._current_profile}; sources "
                  f"{config.getoption('--source') or 'all'}; modes {config.getoption('--mode') or list(DEFAULT_MODES)}; "
@@ -579,9 +591,9 @@ def _environment(config: pytest.Config) -> dict:
         try:
             out = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
                                  capture_output=True, text=True, timeout=10)
-            return out.stdout.strip() or "unknown"
+            return out.stdout.strip() or _installed_version()
         except (OSError, subprocess.SubprocessError):
-            return "unknown"
+            return _installed_version()
 
     devices = [b.describe() for b in config._detconf_backends]
     cuda = next((d for d in devices if d["device"] == "cuda" and d["available"]), None)
@@ -924,3 +936,60 @@ def _case_for_nodeid(config: pytest.Config, nodeid: str):
         return None
     param = nodeid.split(f"::{CONFORMANCE_TEST}[", 1)[1][:-1]
     return config._detconf_case_by_id.get(param)
+
+
+# ----------------------------------------------------------------------------- several devices
+def _worker_memory(value: object) -> int | None:
+    """``--worker-memory`` in bytes (None: the backends' own figures), or a usage error."""
+    if value is None or isinstance(value, int):
+        return value
+    try:
+        gib = float(str(value).strip())
+    except ValueError:
+        gib = float("nan")
+    if not gib > 0 or gib == float("inf"):
+        raise pytest.UsageError(f"--worker-memory must be a positive number of GiB, got {str(value)[:40]!r}")
+    return max(1, int(gib * 2**30))
+
+
+def _use_devices(config: pytest.Config) -> None:
+    """Give this process its device of each backend (worker i: device i mod count) and, on the
+    controller, lower -n to the number of workers the devices' free memory holds."""
+    from engine.fleet import bind, worker_cap
+
+    workerid = config.workerinput.get("workerid") if _is_worker(config) else None
+    config._detconf_backends = bind(config._detconf_backends, workerid)
+    if _is_worker(config):
+        return
+    wanted = getattr(config.option, "numprocesses", None)
+    cap = worker_cap([b for b in config._detconf_backends if b.describe()["available"]],
+                     config.getoption("--worker-memory"))
+    config._detconf_worker_cap = None
+    if cap is None or not isinstance(wanted, int) or wanted <= cap[0]:
+        return
+    config._detconf_worker_cap = f"-n {wanted} lowered to {cap[0]} (the per-device worker cap; {cap[1]})"
+    config.option.numprocesses = cap[0]
+    if isinstance(getattr(config.option, "tx", None), list) and len(config.option.tx) > cap[0]:
+        config.option.tx = config.option.tx[:cap[0]]
+
+
+def _device_lines(config: pytest.Config) -> list[str]:
+    lines = []
+    for backend in config._detconf_backends:
+        count = backend.count() if backend.describe()["available"] else 0
+        if count > 1 or backend.origin != "built-in":
+            lines.append(f"detconf: device {backend.name}: {count} device(s), from {backend.origin}"
+                         + (f"; this process uses {backend.name}:{backend.index}" if backend.index is not None else ""))
+    if getattr(config, "_detconf_worker_cap", None):
+        lines.append(f"detconf: {config._detconf_worker_cap}")
+    return lines
+
+
+def _installed_version() -> str:
+    """The installed detconf's version, for a suite that is not a git checkout."""
+    from importlib import metadata
+
+    try:
+        return f"detconf {metadata.version('detconf')}"
+    except metadata.PackageNotFoundError:
+        return "unknown"

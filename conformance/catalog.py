@@ -54,12 +54,44 @@ class UnknownSource(ValueError):
     pass
 
 
+def vendor_profiles() -> list:
+    """(backend, profile) for every backend that comes with a vendor profile."""
+    from engine.devices import backends
+
+    return [(b, b.profile) for b in backends().values() if b.profile is not None]
+
+
+def import_vendor_recipes() -> None:
+    """Import the recipe modules the vendor profiles name (their ``@recipe`` functions register)."""
+    import importlib
+
+    for backend, profile in vendor_profiles():
+        for module in profile.recipes:
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # noqa: BLE001 - the vendor's module: one line naming it
+                raise CatalogError(" ".join(f"vendor profile of backend {backend.name!r} ({backend.origin}): recipes "
+                                            f"module {module!r} failed: {type(exc).__name__}: {exc}".split())) from None
+
+
+def vendor_entries() -> list[Entry]:
+    """Source ``vendor``: the entries of every vendor profile's list (read like ``ascend.json``),
+    once its recipe modules are imported."""
+    import_vendor_recipes()
+    entries: list[Entry] = []
+    for backend, profile in vendor_profiles():
+        entries.extend(read_entries_file(profile.data, source="vendor"))
+    return entries
+
+
 def load_entries(source: str, *, doc_version: str | None = None) -> list[Entry]:
     """Entries of one source. ``doc_version`` picks a docs snapshot for torch-docs."""
     if source == "torch-docs":
         entries = snapshot_entries(doc_version) if doc_version else docspec.installed_entries()
     elif source == "ascend":
         entries = read_entries_file(data_file("ascend"), source="ascend")
+    elif source == "vendor":
+        entries = vendor_entries()
     elif source == "sweep":
         from conformance.sweep import sweep_entries
 

@@ -15,6 +15,7 @@ shrunk, smallest example, and that one goes into the reproducer.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 import traceback
 import zlib
@@ -35,7 +36,7 @@ import conformance.registry  # noqa: F401  (registers every recipe and check)
 from conformance.kit import stable_draws
 from conformance.plan import Case
 from detconf.vocabulary import MODE_CALLS, SCHEMA_VERSION
-from engine import checks, program, verdict
+from engine import checks, fleet, program, verdict
 from engine.compiled import Compiler, compile_unavailable
 from engine.determinism import GlobalState, capture_state, restore_state
 from engine.devices import Backend
@@ -88,6 +89,8 @@ def base_row(case: Case, backend: Backend | None, expected: str) -> dict[str, An
         {
             "device": case.device,
             "device_name": backend.describe().get("device_name", "") if backend else "",
+            "device_index": backend.index if backend else None,
+            "d2d": None,
             "mode": case.mode,
             "phase": case.phase,
             "compile": case.compile,
@@ -146,7 +149,7 @@ def _drawer(data: st.DataObject) -> Callable[..., Any]:
 
 
 def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject, kwargs: dict, runs: int,
-               compiler: Compiler | None = None) -> Record:
+               compiler: Compiler | None = None, peer: Backend | None = None) -> Record:
     recipe = program.recipe_for(case.entry.op)
     targets = _targets(case, kwargs)
     try:
@@ -171,7 +174,53 @@ def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
     obs = outcome.observation
     if _needs_differential(case, expected, outcome, prog):
         obs.wrong_result = _differential(prog, outcome, backend, compiled=compiler is not None)
-    return _judged(case, expected, obs)
+    record = _judged(case, expected, obs)
+    if peer is not None and compiler is None and case.phase == "program" and outcome.values is not None \
+            and obs.identical:
+        record.detail["d2d"] = device_to_device(prog, case.mode, backend, peer)
+    return record
+
+
+def device_to_device(prog: program.Program, mode: str, backend: Backend, peer: Backend) -> dict[str, Any]:
+    """The same example on the worker's device and on ``peer`` (another device of the same
+    model), once each under the case's mode: the SHA-256 of each one's output and gradient bytes."""
+    fingerprints = []
+    for where in (backend, peer):
+        with where.active():
+            values = run_values(prog, mode, device=where.torch_device())
+            where.synchronize()
+        fingerprints.append(None if values is None else values_fingerprint(values))
+    return {"devices": [backend.index, peer.index], "fingerprints": fingerprints,
+            "same": fingerprints[0] is not None and fingerprints[0] == fingerprints[1]}
+
+
+def values_fingerprint(values: list[tuple[str, torch.Tensor]]) -> str:
+    h = hashlib.sha256()
+    for label, t in values:
+        h.update(label.encode())
+        h.update(str(t.dtype).encode())
+        h.update(repr(tuple(t.shape)).encode())
+        if t.numel():  # a fresh one-dimensional copy: its bytes whatever the strides, conj or neg bits
+            flat = torch.empty(t.numel(), dtype=t.dtype).copy_(t.detach().cpu().resolve_conj().resolve_neg().reshape(-1))
+            h.update(flat.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _d2d_field(records: list[Record], backend: Backend, peer: Backend | None) -> dict[str, Any] | None:
+    """The row's ``d2d``: None when no other device of the same model exists (or nothing was
+    compared); otherwise the devices, the examples compared and those whose bytes differed."""
+    if peer is None:
+        return None
+    seen = [r.detail["d2d"] for r in records if isinstance(r.detail.get("d2d"), dict)]
+    compared = [s for s in seen if None not in s["fingerprints"]]
+    if not compared:
+        return None
+    differing = [s for s in compared if not s["same"]]
+    out = {"devices": [backend.index, peer.index], "model": backend.model(backend.index or 0),
+           "compared": len(compared), "differing": len(differing), "result": "differs" if differing else "same"}
+    if differing:
+        out["first"] = differing[0]["fingerprints"]
+    return out
 
 
 def _needs_differential(case: Case, expected: str, outcome: RunOutcome, prog: program.Program) -> bool:
@@ -254,8 +303,17 @@ def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: s
     ``harness-error`` naming what changed, and the setting is put back before the next case.
     """
     before = capture_state()
-    row = _judge(case, backend, runs=runs, hypothesis_settings=hypothesis_settings)
+    with backend.active():
+        row = _judge(case, backend, runs=runs, hypothesis_settings=hypothesis_settings)
     return _check_no_leak(case, row, before)
+
+
+def _peer(backend: Backend) -> Backend | None:
+    """The device a case's examples are compared with (:func:`engine.fleet.peer`), bound."""
+    if backend.index is None:
+        return None
+    other = fleet.peer(backend, backend.index)
+    return None if other is None else backend.on(other)
 
 
 def _check_no_leak(case: Case, row: dict[str, Any], before: GlobalState) -> dict[str, Any]:
@@ -306,6 +364,7 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
         compiler = Compiler(case.compile)
 
     examples = 0
+    peer = _peer(backend) if not is_check else None
     parent = hypothesis_settings or settings()
     cap = checks.example_cap(case.entry.source, case.entry.id) if is_check else None
     max_examples = min(parent.max_examples, cap) if cap else parent.max_examples
@@ -330,7 +389,7 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
         for kwargs in case.entry.case_kwargs():
             for form in program.forms_for(case.entry):
                 keep(_op_record(case, expected, backend, data, kwargs if form is None else dict(kwargs, form=form),
-                                runs, compiler))
+                                runs, compiler, peer))
 
     if parent.derandomize:
         # Derandomized profiles: each case draws its own fixed stream, keyed by its id
@@ -359,6 +418,7 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
     detail.update(chosen.detail)
     row.update(_reach_fields(records))
     row.update(_compile_fields(records, compiler))
+    row["d2d"] = _d2d_field(records, backend, peer)
     detail["observed_per_example"] = sorted({r.observed for r in records})
     detail["verdicts_per_example"] = {v: sum(r.verdict == v for r in records) for v in sorted({r.verdict for r in records})}
     fingerprints = [r.detail.get("fingerprint") for r in records if r.detail.get("fingerprint")]
@@ -439,6 +499,16 @@ def crashed_row(case: Case, message: str) -> dict[str, Any]:
     row = base_row(case, None, expected)
     row.update(verdict=rec.verdict, observed=rec.observed, examples=0, runs=0, detail=rec.detail, duration_s=0.0)
     return row
+
+
+def d2d_message(row: dict[str, Any], *, rerun: str = "") -> str:
+    """Why a case failed the device-to-device check (its verdict passed)."""
+    d2d = row["d2d"]
+    first, second = d2d["devices"]
+    return (f"{row['entry_id']} ({row['mode']}): {row['verdict']} on {row['device']}:{first}, but "
+            f"{d2d['differing']} of {d2d['compared']} examples gave different bytes on {row['device']}:{second} "
+            f"(same model: {d2d['model']}); first differing fingerprints {d2d.get('first')}"
+            + (f"\nrerun: {rerun}" if rerun else ""))
 
 
 def failure_message(row: dict[str, Any], nodeid: str = "", *, rerun: str = "") -> str:

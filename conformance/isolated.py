@@ -22,12 +22,12 @@ from engine.child import ChildFailed, child_env, run_in_child
 TARGET = "conformance.isolated:judge_payload"
 
 
-def payload_for(case: Case, *, profile: str, runs: int) -> dict[str, Any]:
-    return {"case": case.to_json(), "profile": profile, "runs": runs}
+def payload_for(case: Case, *, profile: str, runs: int, device_index: int | None = None) -> dict[str, Any]:
+    return {"case": case.to_json(), "profile": profile, "runs": runs, "device_index": device_index}
 
 
 def judge_in_subprocess(case: Case, *, profile: str, runs: int, timeout: float = 600,
-                        unset_env: tuple[str, ...] = ()) -> dict[str, Any]:
+                        unset_env: tuple[str, ...] = (), device_index: int | None = None) -> dict[str, Any]:
     """The row the child computed; a child that dies gives a ``harness-error`` row.
 
     ``unset_env`` names variables the child must not see (e.g.
@@ -36,7 +36,8 @@ def judge_in_subprocess(case: Case, *, profile: str, runs: int, timeout: float =
     from conformance.harness import crashed_row
 
     try:
-        row = run_in_child(TARGET, payload_for(case, profile=profile, runs=runs), env=child_env(unset=unset_env),
+        row = run_in_child(TARGET, payload_for(case, profile=profile, runs=runs, device_index=device_index),
+                           env=child_env(unset=unset_env),
                            timeout=timeout, what=f"isolated case {case.id}")
     except ChildFailed as exc:
         return crashed_row(case, str(exc).splitlines()[0])
@@ -52,5 +53,12 @@ def judge_payload(payload: dict[str, Any]) -> dict[str, Any]:
 
     profiles.load(payload["profile"])
     case = Case.from_json(payload["case"])
+    if case.entry.source == "vendor":
+        from conformance.catalog import import_vendor_recipes
+
+        import_vendor_recipes()
     backend = resolve_devices([case.device])[0]
+    index = payload.get("device_index")
+    if index is not None:
+        backend = backend.on(int(index))
     return judge(case, backend, runs=int(payload["runs"]))

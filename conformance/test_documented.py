@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 from conformance.findings import known_finding
-from conformance.harness import failure_message, judge, skipped_row
+from conformance.harness import d2d_message, failure_message, judge, skipped_row
 from conformance.isolated import judge_in_subprocess
 from detconf.vocabulary import is_passing
 
@@ -26,7 +26,8 @@ def test_documented(conformance_case, detconf_settings, record_row, request):
     needs_bare_cublas = case.device == "cuda" and "no-cublas-workspace-config" in case.entry.qualifiers
     if backend.isolate_modes or detconf_settings["isolate"] or needs_bare_cublas:
         row = judge_in_subprocess(case, profile=detconf_settings["profile"], runs=detconf_settings["runs"],
-                                  unset_env=("CUBLAS_WORKSPACE_CONFIG",) if needs_bare_cublas else ())
+                                  unset_env=("CUBLAS_WORKSPACE_CONFIG",) if needs_bare_cublas else (),
+                                  device_index=backend.index)
     else:
         row = judge(case, backend, runs=detconf_settings["runs"])
     finding = known_finding(row, detconf_settings["findings"])
@@ -43,3 +44,5 @@ def test_documented(conformance_case, detconf_settings, record_row, request):
             "update conformance/data/known-findings.json"))
     assert is_passing(row["verdict"]), failure_message(row, request.node.nodeid,
                                                       rerun=detconf_settings["rerun"](request.node))
+    d2d = row.get("d2d") or {}
+    assert d2d.get("result") != "differs", d2d_message(row, rerun=detconf_settings["rerun"](request.node))

@@ -37,13 +37,15 @@ DEFAULT_COMPILE = ("eager",)
 SOURCES: dict[str, str] = {
     "torch-docs": "the two lists of torch.use_deterministic_algorithms.__doc__",
     "ascend": "the Ascend NPU deterministic-computation list",
+    "vendor": "the vendor profiles of the backends installed distributions provide: each vendor's own list "
+              "(docs/backends.md)",
     "flag-api": "the flag API: use_deterministic_algorithms and its getters, the debug mode",
     "repro-notes": "the reproducibility notes: seeds, CUBLAS_WORKSPACE_CONFIG, cuDNN, fill_uninitialized_memory, "
                    "DataLoader",
     "sweep": "every OpInfo of torch's op database, under the general contract",
 }
 SOURCE_NAMES = tuple(SOURCES)
-OP_SOURCES = ("torch-docs", "ascend")
+OP_SOURCES = ("torch-docs", "ascend", "vendor")
 CHECK_SOURCES = ("flag-api", "repro-notes")
 OPT_IN_SOURCES = ("sweep",)
 DEFAULT_SOURCES = OP_SOURCES + CHECK_SOURCES

@@ -3,15 +3,24 @@
 A backend says whether it is available, how to synchronize, and describes
 itself (device name, driver / runtime versions). ``isolate_modes`` is a
 capability flag: where the determinism flag sticks per thread (Ascend NPU),
-each mode must run in a fresh process.
+each mode must run in a fresh process. A backend may have several devices
+(``device_count``); a worker is given one of them (``index``, see
+:mod:`engine.fleet`). ``profile`` optionally names a vendor's own catalog
+(:class:`VendorProfile`).
+
+Every backend, built-in or not, is loaded by :mod:`engine.backends` from the
+``detconf.backends`` entry point group; the built-in ones are the functions
+``cpu_backend`` ... ``privateuse1_backends`` below. docs/backends.md is the
+contract in full.
 """
 from __future__ import annotations
 
 import importlib
 import os
 import platform
-from dataclasses import dataclass, field
-from typing import Callable
+import contextlib
+from dataclasses import dataclass, field, replace
+from typing import Callable, ContextManager
 
 import torch
 
@@ -23,7 +32,19 @@ class UnknownDevice(ValueError):
 
 
 @dataclass(frozen=True)
+class VendorProfile:
+    """A vendor's own catalog, run as source ``vendor`` on the backend's devices: ``data`` is an
+    entries file in the Ascend list's format (conformance/data/schemas/), ``recipes`` the modules
+    whose ``@recipe`` functions cover those entries (imported before the cases run)."""
+
+    data: str
+    recipes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Backend:
+    """What a backend provides. Only ``name`` and ``available`` are required."""
+
     name: str
     available: Callable[[], bool]
     synchronize: Callable[[], None] = lambda: None
@@ -31,18 +52,65 @@ class Backend:
     versions: Callable[[], dict] = dict
     isolate_modes: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: How many devices of this type this process sees (after CUDA_VISIBLE_DEVICES and the like).
+    device_count: Callable[[], int] = lambda: 1
+    #: The model of device ``i`` (two devices of one model are compared with each other); default:
+    #: ``device_name()`` for every device.
+    device_model: Callable[[int], str] | None = None
+    #: Bytes free on device ``i`` now (None: unknown); with ``worker_memory`` it caps the workers.
+    free_memory: Callable[[int], int | None] | None = None
+    #: Bytes one test worker needs on a device (None: no cap); ``--worker-memory`` overrides it.
+    worker_memory: int | None = None
+    #: The ``torch.device`` of device ``i`` (default ``torch.device(name, i)``).
+    torch_device_for: Callable[[int], torch.device] | None = None
+    #: A context around each case on device ``i`` (e.g. make it the current device).
+    activate: Callable[[int], ContextManager] | None = None
+    profile: VendorProfile | None = None
+    #: The device this process uses (set by :meth:`on`); None: the backend's default device.
+    index: int | None = None
+    #: Where the backend came from: ``built-in`` or the distribution that provides it.
+    origin: str = "built-in"
+    #: A built-in fallback that yields to a backend of the same name from a distribution.
+    fallback: bool = False
+
+    def on(self, index: int | None) -> "Backend":
+        """This backend bound to device ``index``."""
+        return replace(self, index=index)
 
     def torch_device(self) -> torch.device:
-        return torch.device(self.name)
+        if self.torch_device_for is not None:
+            return self.torch_device_for(self.index or 0)
+        return torch.device(self.name) if self.index is None else torch.device(self.name, self.index)
+
+    def count(self) -> int:
+        """``device_count()``, at least 1 for an available backend; 0 when it cannot say."""
+        try:
+            return max(0, int(self.device_count()))
+        except Exception:  # noqa: BLE001 - a broken driver counts no devices
+            return 0
+
+    def model(self, index: int) -> str:
+        fn = self.device_model or (lambda i: self.device_name())
+        return str(fn(index))
+
+    def active(self) -> ContextManager:
+        """The context a case runs in on this backend's device."""
+        if self.activate is None or self.index is None:
+            return contextlib.nullcontext()
+        return self.activate(self.index)
 
     def describe(self) -> dict:
         """JSON-safe description for the report header and the run record."""
-        info = {"device": self.name, "available": False, "device_name": "", "versions": {}, "isolate_modes": self.isolate_modes}
+        info = {"device": self.name, "available": False, "device_name": "", "versions": {},
+                "isolate_modes": self.isolate_modes, "origin": self.origin}
         try:
             info["available"] = bool(self.available())
             if info["available"]:
                 info["device_name"] = self.device_name()
                 info["versions"] = self.versions()
+                info["device_count"] = self.count()
+                if self.index is not None:
+                    info["device_index"] = self.index
         except Exception as exc:  # noqa: BLE001 - a broken driver is reported, not fatal
             info["error"] = f"{type(exc).__name__}: {exc}"
         return info
@@ -146,40 +214,74 @@ def _privateuse1_backend(name: str) -> Backend:
                    versions=lambda: {"privateuse1": name})
 
 
-def backends() -> dict[str, Backend]:
-    """Every backend this process knows, available or not."""
-    table = {
-        "cpu": Backend("cpu", available=lambda: True, device_name=_cpu_name, versions=_cpu_versions),
-        "cuda": Backend(
-            "cuda",
-            available=torch.cuda.is_available,
-            synchronize=lambda: torch.cuda.synchronize(),
-            device_name=lambda: torch.cuda.get_device_name(0),
-            versions=_cuda_versions,
-        ),
-        "mps": Backend(
-            "mps",
-            available=_mps_available,
-            synchronize=lambda: torch.mps.synchronize(),
-            device_name=lambda: "Apple MPS",
-            versions=lambda: {"macos": platform.mac_ver()[0]},
-        ),
-        "npu": Backend(
-            "npu",
-            available=_npu_available,
-            synchronize=lambda: torch.npu.synchronize(),
-            device_name=lambda: torch.npu.get_device_name(0),
-            versions=_npu_versions,
-            # The Ascend docs: the deterministic state can be set once per thread;
-            # later settings do not take effect. Each mode gets a fresh process.
-            isolate_modes=True,
-            notes=("determinism flag sticks per thread",),
-        ),
-    }
+def _cuda_free(index: int) -> int:
+    return int(torch.cuda.mem_get_info(index)[0])
+
+
+def cpu_backend() -> Backend:
+    return Backend("cpu", available=lambda: True, device_name=_cpu_name, versions=_cpu_versions,
+                   torch_device_for=lambda index: torch.device("cpu"))
+
+
+def cuda_backend() -> Backend:
+    return Backend(
+        "cuda",
+        available=torch.cuda.is_available,
+        synchronize=lambda: torch.cuda.synchronize(),
+        device_name=lambda: torch.cuda.get_device_name(0),
+        versions=_cuda_versions,
+        device_count=torch.cuda.device_count,
+        device_model=lambda index: torch.cuda.get_device_name(index),
+        free_memory=_cuda_free,
+        worker_memory=2 * 2**30,
+        activate=lambda index: torch.cuda.device(index),
+    )
+
+
+def mps_backend() -> Backend:
+    return Backend(
+        "mps",
+        available=_mps_available,
+        synchronize=lambda: torch.mps.synchronize(),
+        device_name=lambda: "Apple MPS",
+        versions=lambda: {"macos": platform.mac_ver()[0]},
+        torch_device_for=lambda index: torch.device("mps"),
+    )
+
+
+def npu_backend() -> Backend:
+    return Backend(
+        "npu",
+        available=_npu_available,
+        synchronize=lambda: torch.npu.synchronize(),
+        device_name=lambda: torch.npu.get_device_name(0),
+        versions=_npu_versions,
+        # The Ascend docs: the deterministic state can be set once per thread;
+        # later settings do not take effect. Each mode gets a fresh process.
+        isolate_modes=True,
+        notes=("determinism flag sticks per thread",),
+        device_count=lambda: torch.npu.device_count(),
+        device_model=lambda index: torch.npu.get_device_name(index),
+        activate=lambda index: torch.npu.device(index),
+    )
+
+
+def privateuse1_backends() -> list[Backend]:
+    """The generic PrivateUse1 backend under its registered name (none when nothing renamed it);
+    a distribution's backend of the same name takes its place."""
     extra = _privateuse1_name()
-    if extra and extra not in table:
-        table[extra] = _privateuse1_backend(extra)
-    return table
+    if not extra or extra in ("cpu", "cuda", "mps", "npu"):
+        return []
+    return [replace(_privateuse1_backend(extra), fallback=True)]
+
+
+def backends() -> dict[str, Backend]:
+    """Every backend this process knows, available or not: the built-in ones and those that
+    installed distributions declare (entry point group ``detconf.backends``). A broken or
+    conflicting entry point raises :class:`engine.backends.BackendError` (one line)."""
+    from engine.backends import load_backends
+
+    return load_backends()
 
 
 def available_devices() -> list[str]:

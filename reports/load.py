@@ -78,8 +78,11 @@ DEFAULT_COMPILE = "eager"
 ROW_FIELDS = (
     "source", "doc_version", "list_name", "entry_id", "phase", "op", "promise", "torch_version",
     "device", "device_name", "mode", "compile", "expected", "observed", "verdict", "examples", "runs",
-    "reach", "run_id", "nodeid", "duration_s",
+    "reach", "run_id", "nodeid", "duration_s", "device_index", "d2d",
 )
+#: What the device-to-device check found (``d2d.result``): the same bytes on two devices of one
+#: model, or not.
+D2D_RESULTS = ("same", "differs")
 
 #: Bytes of a file read (and parsed) at a time.
 CHUNK_BYTES = 32 << 20
@@ -107,7 +110,7 @@ _FIELD_KINDS: dict[str, str] = {
     "device": "str", "device_name": "str", "mode": "str", "phase": "str", "compile": "str",
     "targets": "strlist", "reach": "num", "dispatched": "obj", "expected": "str", "observed": "str",
     "verdict": "str", "examples": "int", "runs": "int", "torch_version": "str", "detail": "detail",
-    "nodeid": "str", "duration_s": "num",
+    "nodeid": "str", "duration_s": "num", "device_index": "int", "d2d": "d2d",
 }
 _KIND_NAMES = {"str": "a string", "int": "an integer", "num": "a number", "strlist": "a list of strings",
                "obj": "an object"}
@@ -115,8 +118,9 @@ _DETAIL_TYPE = pa.struct([
     ("fingerprints", pa.struct([])),
     ("verdicts_per_example", pa.struct([(_SEEN, pa.int64()), (_QUIET, pa.int64())])),
 ])
+_D2D_TYPE = pa.struct([("result", pa.string()), ("compared", pa.int64()), ("differing", pa.int64())])
 _ARROW_TYPES = {"str": pa.string(), "int": pa.int64(), "num": pa.float64(), "strlist": pa.list_(pa.string()),
-                "obj": pa.struct([]), "detail": _DETAIL_TYPE}
+                "obj": pa.struct([]), "detail": _DETAIL_TYPE, "d2d": _D2D_TYPE}
 #: What pyarrow parses of every line; everything else in a line is skipped.
 PARSE_SCHEMA = pa.schema([("record", pa.string()), ("schema", pa.int64())]
                          + [(name, _ARROW_TYPES[kind]) for name, kind in _FIELD_KINDS.items()])
@@ -128,7 +132,7 @@ _KEPT_FIELDS = tuple(n for n, k in _FIELD_KINDS.items() if k in ("str", "int", "
                      and n != "targets")
 TABLE_SCHEMA = pa.schema([(n, _ARROW_TYPES[_FIELD_KINDS[n]]) for n in _KEPT_FIELDS] + [
     ("examples_differing", pa.int64()), ("examples_not_differing", pa.int64()),
-    ("has_fingerprints", pa.bool_()),
+    ("has_fingerprints", pa.bool_()), ("d2d", pa.string()),
 ])
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -220,6 +224,16 @@ def _field_problem(name: str, kind: str, value) -> str | None:
         ok = type(value) is list and all(type(v) is str for v in value)
     elif kind == "obj":
         ok = type(value) is dict
+    elif kind == "d2d":
+        if type(value) is not dict:
+            return f"field 'd2d' must be an object or null, got {_type_name(value)}"
+        if value.get("result") not in D2D_RESULTS:
+            return f"field 'd2d.result' must be one of {', '.join(D2D_RESULTS)}, got {value.get('result')!r}"
+        for key in ("compared", "differing"):
+            problem = _check_int(value[key], f"field 'd2d.{key}'") if value.get(key) is not None else None
+            if problem:
+                return problem
+        return None
     else:  # detail
         if type(value) is not dict:
             return "field 'detail' must be an object"
@@ -472,6 +486,7 @@ def _flatten(results: pa.Table) -> pa.Table:
         pc.struct_field(per_example, _SEEN),
         pc.struct_field(per_example, _QUIET),
         pc.is_valid(pc.struct_field(detail, "fingerprints")),
+        pc.struct_field(results.column("d2d"), "result"),
     ]
     return pa.Table.from_arrays(columns, schema=TABLE_SCHEMA)
 
@@ -608,6 +623,7 @@ def _read_slow(data: _Chunk, lines: _Lines, base: int, want_fingerprints: bool) 
         columns["examples_not_differing"].append(per_example.get(_QUIET))
         fingerprints = detail.get("fingerprints")
         columns["has_fingerprints"].append(fingerprints is not None)
+        columns["d2d"].append((rec.get("d2d") or {}).get("result"))
         if want_fingerprints:
             digests.append(None if fingerprints is None else _canonical_digest(fingerprints))
         kept_lines.append(lineno)
@@ -910,8 +926,10 @@ def _first_semantic_problem(table: pa.Table, lines: np.ndarray, run_lines: np.nd
     checks.append(pc.fill_null(pc.invert(pc.and_(pc.greater_equal(reach, 0.0), pc.less_equal(reach, 1.0))), False))
     duration = table.column("duration_s")
     checks.append(pc.fill_null(pc.invert(pc.and_(pc.is_finite(duration), pc.greater_equal(duration, 0.0))), False))
-    for name in ("examples", "runs", "examples_differing", "examples_not_differing"):
+    for name in ("examples", "runs", "examples_differing", "examples_not_differing", "device_index"):
         checks.append(pc.fill_null(pc.less(table.column(name), 0), False))
+    d2d = table.column("d2d")
+    checks.append(pc.and_(pc.is_valid(d2d), pc.invert(pc.is_in(d2d, value_set=pa.array(list(D2D_RESULTS))))))
     bad = (run_lines < 0) | (run_lines > lines)
     for check in checks:
         bad |= np.asarray(check.combine_chunks() if isinstance(check, pa.ChunkedArray) else check, dtype=bool)
@@ -940,7 +958,9 @@ def _semantic_problem(rec: dict) -> str:
     duration = rec["duration_s"]
     if duration is not None and not (math.isfinite(duration) and duration >= 0):
         return f"field 'duration_s' must be a finite number of seconds (0 or more) or null, got {duration!r}"
-    for name, shown in (("examples", "examples"), ("runs", "runs"),
+    if rec["d2d"] is not None and rec["d2d"] not in D2D_RESULTS:
+        return f"field 'd2d.result' must be one of {', '.join(D2D_RESULTS)}, got {rec['d2d']!r}"
+    for name, shown in (("examples", "examples"), ("runs", "runs"), ("device_index", "device_index"),
                         ("examples_differing", f"detail.verdicts_per_example.{_SEEN}"),
                         ("examples_not_differing", f"detail.verdicts_per_example.{_QUIET}")):
         if rec[name] is not None and rec[name] < 0:

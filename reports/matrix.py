@@ -72,6 +72,27 @@ class Matrix:
     codes: np.ndarray  # int array (entries x columns): index in VERDICT_NAMES, NOT_RUN where not run
     device_names: dict[tuple[str, str, str, str], str]  # column -> device name, where known
     _counts: list | None = field(default=None, repr=False, compare=False)
+    #: The device-to-device level (entries x columns): "same", "differs" or None (not checked).
+    d2d: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def d2d_columns(self) -> list[int]:
+        """The columns where some cell was checked device to device."""
+        if self.d2d is None:
+            return []
+        return [j for j in range(len(self.columns)) if any(v is not None for v in self.d2d[:, j])]
+
+    def d2d_counts(self) -> list[dict]:
+        """Per column with a device-to-device level: cells checked, same, differing, and the
+        entries that differ."""
+        out = []
+        for j in self.d2d_columns:
+            cells = self.d2d[:, j]
+            differ = [i for i, v in enumerate(cells) if v == "differs"]
+            out.append({"column": self.labels[j], "checked": int(sum(v is not None for v in cells)),
+                        "same": int(sum(v == "same" for v in cells)), "differs": len(differ),
+                        "entries": [str(self.entries["entry_id"].iloc[i]) for i in differ]})
+        return out
 
     @property
     def cells(self) -> np.ndarray:
@@ -109,8 +130,14 @@ class Matrix:
         last = np.full(shape[1], -1, dtype=np.int64)
         np.maximum.at(last, results.column_codes[named], named)
         device_names = {results.columns[j]: name[int(i)].as_py() for j, i in enumerate(last.tolist()) if i >= 0}
+        d2d = None
+        if "d2d" in results.column_names:
+            level = np.asarray(results.column("d2d").to_pylist(), dtype=object)
+            if any(v is not None for v in level):
+                d2d = np.full(shape, None, dtype=object)
+                d2d[results.entry_codes, results.column_codes] = level
         return cls(entries=results.entries, columns=list(results.columns), codes=codes,
-                   device_names=device_names)
+                   device_names=device_names, d2d=d2d)
 
     # ------------------------------------------------------------------ derived frames
 
@@ -207,6 +234,11 @@ def write_matrix_csv(matrix: Matrix, out: Path) -> None:
     entry_cells = [[csv_text(v) for v in matrix.entries[c].tolist()] for c in ENTRY_COLUMNS]
     verdicts = np.array(list(VERDICT_NAMES) + [""], dtype=object)[matrix.codes]  # words: nothing to quote
     header = [csv_text(c) for c in ENTRY_COLUMNS] + [csv_text(label) for label in matrix.labels]
+    d2d_columns = matrix.d2d_columns
+    if d2d_columns:  # the device-to-device level: a column of its own after the verdicts
+        header += [csv_text(f"{matrix.labels[j]}/d2d") for j in d2d_columns]
+        level = np.where(matrix.d2d[:, d2d_columns] == None, "", matrix.d2d[:, d2d_columns])  # noqa: E711
+        verdicts = np.concatenate([verdicts, level.astype(object)], axis=1)
     with open(out / "matrix.csv", "w", newline="", encoding="utf-8") as f:
         f.write(",".join(header) + "\n")
         f.writelines(",".join(attrs) + "," + ",".join(cells) + "\n"
@@ -343,7 +375,15 @@ def write_markdown(matrix: Matrix, results: Results, out: Path) -> None:
             if any(c["counts"][v] for c in counts)]
     rows.append([f"not run ({MISSING})"] + [str(c["missing"]) for c in counts])
     rows.append(["passing / run"] + [f"{c['passing']}/{c['total']}" for c in counts])
-    parts += [_md_table(rows, ["verdict"] + matrix.labels), "", "## Legend", ""]
+    parts += [_md_table(rows, ["verdict"] + matrix.labels), ""]
+    d2d = matrix.d2d_counts()
+    if d2d:
+        parts += ["## Device to device", "",
+                  "The same examples on two devices of one model (rows' `d2d`): `same` bytes, or `differs`.", "",
+                  _md_table([[c["column"], str(c["checked"]), str(c["same"]), str(c["differs"]),
+                              ", ".join(c["entries"][:50]) + (" …" if len(c["entries"]) > 50 else "")] for c in d2d],
+                            ["column", "cells checked", "same", "differs", "entries that differ"]), ""]
+    parts += ["## Legend", ""]
     legend = [[v, "yes" if v in PASSING else "no", meaning] for v, meaning in VERDICTS.items()]
     legend.append([MISSING, "", "not run on that device/mode"])
     parts += [_md_table(legend, ["verdict", "passing", "meaning"]), ""]

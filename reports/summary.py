@@ -53,7 +53,17 @@ def summary_lines(results_path: str | os.PathLike) -> list[str]:
         results = load([results_path], columns=ROW_FIELDS)
     except NoResults:
         return [f"detconf: no results recorded in {os.fspath(results_path)}"]
-    return matrix_lines(Matrix.from_results(results)) + reach_lines(results)
+    matrix = Matrix.from_results(results)
+    return matrix_lines(matrix) + d2d_lines(matrix) + reach_lines(results)
+
+
+def d2d_lines(matrix: Matrix) -> list[str]:
+    """``d2d cuda/error: 40 cells checked · 39 same · 1 differs`` and the entries that differ."""
+    lines = []
+    for c in matrix.d2d_counts():
+        lines.append(f"d2d {c['column']}: {c['checked']} cells checked{SEP}{c['same']} same{SEP}{c['differs']} differs")
+        lines += [f"  ✗ {e} [{c['column']}]: different bytes on two devices of one model" for e in c["entries"][:20]]
+    return lines
 
 
 def reach_stats(results: Results) -> dict:
@@ -101,6 +111,7 @@ def summary_data(matrix: Matrix, results: Results, digest: str | None = None) ->
         "totals": totals,
         "reach": reach_stats(results),
         "columns": columns,
+        "d2d": matrix.d2d_counts(),
         "runs": [
             {"run_id": r.get("run_id"), "started": r.get("started"), "env": r.get("env"),
              "end": ends.get(r.get("run_id"))}

@@ -1,0 +1,154 @@
+"""``pip install .`` and ``pip install -e .``: the plugin, the ``detconf`` command, the README's commands.
+
+Each install goes into a throwaway virtual environment made with ``--system-site-packages``, so
+torch and the requirements come from the interpreter that runs these tests and pip installs
+detconf alone (``--no-build-isolation``: the build uses the setuptools already there). The
+source is a copy of the suite's files, so a build never writes into the checkout.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from detconf import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE_PARTS = ("pyproject.toml", "README.md", "conftest.py", "pytest.ini", "detconf", "engine", "conformance", "reports")
+SMALL_RUN = ("--device", "cpu", "--source", "torch-docs", "-k", "put_ and error",
+             "--hypothesis-profile", "ci", "-p", "no:cacheprovider")
+
+
+def _clean_env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "PYTHONPATH"}
+    env.update(extra)
+    return env
+
+
+def _copy_source(into: Path) -> Path:
+    ignore = shutil.ignore_patterns("__pycache__", "out", "published", "*.egg-info", "build")
+    into.mkdir(parents=True)
+    for part in SOURCE_PARTS:
+        src = ROOT / part
+        if src.is_dir():
+            shutil.copytree(src, into / part, ignore=ignore)
+        else:
+            shutil.copy2(src, into / part)
+    return into
+
+
+def _torch_of(python: Path | str) -> str:
+    out = subprocess.run([str(python), "-c", "import torch; print(torch.__version__, torch.__file__)"],
+                         capture_output=True, text=True, timeout=300, env=_clean_env(), cwd="/")
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
+def _install(tmp: Path, *, editable: bool) -> Path:
+    """A venv with detconf installed; returns its bin folder."""
+    try:
+        import venv  # noqa: F401
+    except ImportError:
+        pytest.skip("the venv module is not available")
+    if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("pip is not available to this Python")
+    source = _copy_source(tmp / "src")
+    env_dir = tmp / "venv"
+    made = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env_dir)],
+                          capture_output=True, text=True, timeout=300)
+    if made.returncode != 0:
+        pytest.skip(f"cannot make a virtual environment: {made.stderr.strip()[-300:]}")
+    python = env_dir / "bin" / "python"
+    command = [str(python), "-m", "pip", "install", "--no-build-isolation", "--no-index"]
+    command += ["-e", str(source)] if editable else [str(source)]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=600, env=_clean_env(), cwd=tmp)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    installed = [line for line in out.stdout.splitlines() if line.startswith("Successfully installed")]
+    assert installed == ["Successfully installed detconf-0.1.0"], out.stdout[-2000:]  # nothing else
+    return env_dir / "bin"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    return _install(tmp_path_factory.mktemp("install"), editable=False)
+
+
+def _results(path: Path) -> list[dict]:
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r.get("record") == "result"]
+
+
+def test_pip_install_keeps_the_installed_torch(installed):
+    assert _torch_of(installed / "python") == _torch_of(sys.executable)
+    site = subprocess.run([str(installed / "python"), "-c", "import conformance, detconf.plugin; "
+                           "print(conformance.__file__)"], capture_output=True, text=True, env=_clean_env(), cwd="/")
+    assert site.returncode == 0 and "site-packages" in site.stdout, site.stdout + site.stderr
+
+
+def test_detconf_run_runs_the_installed_suite_from_any_folder(installed, tmp_path):
+    out = subprocess.run([str(installed / "detconf"), "run", *SMALL_RUN], cwd=tmp_path, env=_clean_env(),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = _results(tmp_path / "reports" / "out" / "results.jsonl")
+    assert len(rows) == 3 and {r["verdict"] for r in rows} == {"conforms"}
+    assert "site-packages" in out.stdout  # the suite that ran is the installed one
+    assert (tmp_path / "reports" / "out" / "results-report" / "matrix.md").is_file()
+    # detconf report forwards to python -m reports.
+    built = subprocess.run([str(installed / "detconf"), "report", "build", "reports/out/results.jsonl", "--out", "m"],
+                           cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0 and (tmp_path / "m" / "matrix.csv").is_file(), built.stderr
+
+
+def test_the_readme_commands_load_the_plugin_once_with_detconf_installed(installed, tmp_path):
+    python = str(installed / "python")
+    results = tmp_path / "r.jsonl"
+    out = subprocess.run([python, "-m", "pytest", "conformance", *SMALL_RUN, "--results", str(results),
+                          "--no-report-build"], cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.count("detconf: torch ") == 1  # one plugin, one header
+    assert [r["verdict"] for r in _results(results)] == ["conforms"] * 3
+    harness = subprocess.run([python, "-m", "pytest", "tests/test_architecture.py", "-q", "-p", "no:cacheprovider",
+                              "-k", "vocabulary or one_way"], cwd=ROOT, env=_clean_env(), capture_output=True,
+                             text=True, timeout=600)
+    assert harness.returncode == 0, harness.stdout[-3000:] + harness.stderr[-3000:]
+
+
+def test_editable_install_runs_from_any_folder(tmp_path):
+    bin_dir = _install(tmp_path, editable=True)
+    assert _torch_of(bin_dir / "python") == _torch_of(sys.executable)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = subprocess.run([str(bin_dir / "detconf"), "run", *SMALL_RUN, "--results", "r.jsonl"], cwd=elsewhere,
+                         env=_clean_env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert [r["verdict"] for r in _results(elsewhere / "r.jsonl")] == ["conforms"] * 3
+    assert str(tmp_path / "src") in out.stdout  # the editable source is the suite
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "usage: detconf run"),
+    (["frobnicate"], "detconf: error: unknown command 'frobnicate'"),
+    (["report"], "detconf: error: detconf report needs a subcommand"),
+])
+def test_bad_detconf_input_is_one_line_and_exit_2(argv, message, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(message), err
+
+
+def test_detconf_report_lets_the_reports_parser_answer(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "detconf", "report", "no-such-report"], cwd=ROOT,
+                         env=_clean_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("reports: error:") and "no-such-report" in lines[0], lines
+
+
+def test_detconf_run_points_pytest_at_the_suite():
+    command = cli.run_command(["-k", "put_"], ROOT)
+    assert command[1:] == ["-m", "pytest", str(ROOT / "conformance"), "--rootdir", str(ROOT), "-k", "put_"]
+    assert cli.suite_root() == ROOT
