@@ -81,6 +81,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="judge every case in a fresh process (always on for backends that need it, e.g. npu)")
     group.addoption("--no-report-build", action="store_true",
                     help="do not build the matrix (in <results file without suffix>-report/) at the end")
+    group.addoption("--shard", default=None, metavar="I/N",
+                    help="run only part I of N of the plan (a stable split by entry, device and compile "
+                         "setting: N runners with 1/N ... N/N cover it once)")
 
 
 def _compilers(config: pytest.Config) -> list[str]:
@@ -117,6 +120,11 @@ def _plan(config: pytest.Config):
         def compiles(entry):
             return check_compiles(entry.source, entry.id)
     cases = plan(catalog, devices, list(dict.fromkeys(modes)), compilers, compiles=compiles)
+    shard = getattr(config, "_detconf_shard", None)
+    if shard is not None:
+        from conformance.shard import select
+
+        cases = select(cases, *shard)
     config._detconf_plan = cases
     config._detconf_case_by_id = {c.id: c for c in cases}
     return cases
@@ -296,6 +304,13 @@ def _check_options(config: pytest.Config) -> None:
 
     option = config.option
     option.runs = _runs(option.runs)
+    if option.shard is not None:
+        from conformance.shard import ShardError, parse_shard
+
+        try:
+            config._detconf_shard = parse_shard(option.shard)
+        except ShardError as exc:
+            raise pytest.UsageError(str(exc)) from None
     for mode in option.mode or []:
         if mode not in MODES:
             raise pytest.UsageError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
@@ -406,7 +421,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.option.loadgroup = True  # workers parse "-n N" as plain "load"; the controller chose loadgroup
     elif _writes_results(config):
         writer = ResultsWriter(Path(config.getoption("--results")), config)
-        writer.open(planned=len(config._detconf_plan))  # a usage error when the file cannot be written
+        writer.open(planned=config._detconf_plan)  # a usage error when the file cannot be written
         config.pluginmanager.register(writer, "detconf-results")
 
 
@@ -496,6 +511,8 @@ def rerun_command(config: pytest.Config, node: pytest.Item) -> str:
         args += ["--hypothesis-seed", str(option.hypothesis_seed)]
     if option.isolate:
         args.append("--isolate")
+    if option.shard is not None:
+        args += ["--shard", "{}/{}".format(*config._detconf_shard)]
     args += ["--results", os.path.abspath(option.results)]
     return shlex.join(args)
 
@@ -542,13 +559,19 @@ def _environment(config: pytest.Config) -> dict:
     import torch
     from hypothesis import settings
 
-    def git_revision() -> str:
+    def git(*args: str) -> str | None:
         try:
-            out = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-                                 capture_output=True, text=True, timeout=10)
-            return out.stdout.strip() or "unknown"
+            out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.SubprocessError):
-            return "unknown"
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    def git_revision() -> str:
+        return git("describe", "--always", "--dirty") or "unknown"
+
+    commit = git("rev-parse", "--verify", "HEAD^{commit}")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    shard = getattr(config, "_detconf_shard", None)
 
     devices = [b.describe() for b in config._detconf_backends]
     cuda = next((d for d in devices if d["device"] == "cuda" and d["available"]), None)
@@ -562,6 +585,9 @@ def _environment(config: pytest.Config) -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "suite_revision": git_revision(),
+        "suite_commit": commit,
+        "suite_dirty": None if status is None else bool(status),
+        "shard": None if shard is None else "{}/{}".format(*shard),
         "hypothesis_profile": settings._current_profile,
         "hypothesis_seed": config.getoption("hypothesis_seed", None),
         "doc_version": config.getoption("--doc-version"),
@@ -664,7 +690,7 @@ class ResultsWriter:
         self.ended = False
 
     # -- the file
-    def open(self, planned: int) -> None:
+    def open(self, planned: list) -> None:
         """Create, lock and check the file and append the run record; a usage error otherwise."""
         shown = str(self.config.getoption("--results"))
         fresh = self.config.getoption("--fresh-results")
@@ -681,9 +707,10 @@ class ResultsWriter:
             problem = self._claim(fd, shown, fresh)
             if problem is None:
                 self.fd = fd
-                self.planned = planned
+                self.planned = len(planned)
                 self.run_record = {"record": "run", "schema": SCHEMA_VERSION, "run_id": self.run_id,
-                                   "started": _now(), "planned": planned, "env": _environment(self.config)}
+                                   "started": _now(), "planned": len(planned), "env": _environment(self.config),
+                                   **_planned_fields(planned)}
                 try:
                     self._append(self.run_record)
                 except OSError as exc:
@@ -734,15 +761,18 @@ class ResultsWriter:
             raise
         self.size = os.fstat(self.fd).st_size
 
-    def set_planned(self, planned: int) -> None:
-        """The number of conformance cases collected (after -k, --lf, node ids), known once
-        collection is done and before any test runs: the run record is rewritten to carry it."""
-        if planned == self.planned or self.fd is None or self.written:
+    def set_planned(self, nodeids: list[str]) -> None:
+        """The conformance cases collected (after -k, --lf, node ids), known once collection
+        is done and before any test runs: the run record is rewritten to list them."""
+        cases = [c for c in (_case_for_nodeid(self.config, n) for n in nodeids) if c is not None]
+        fields = _planned_fields(cases)
+        if ((len(cases) == self.planned and fields["planned_cases"] == self.run_record.get("planned_cases"))
+                or self.fd is None or self.written):
             return
-        self.planned = planned
+        self.planned = len(cases)
         if os.fstat(self.fd).st_size != self.size:
             return  # someone else wrote to the file: leave the record as it is
-        self.run_record["planned"] = planned
+        self.run_record.update(planned=len(cases), **fields)
         try:
             os.ftruncate(self.fd, self.run_offset)  # this run's own record, just written
             self.size = self.run_offset
@@ -775,12 +805,12 @@ class ResultsWriter:
         self.session = session
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.set_planned(sum(1 for item in session.items if _is_case(item.nodeid)))
+        self.set_planned([item.nodeid for item in session.items])
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
         # Every worker collects the same cases; scheduling waits for all of them, so no test has run yet.
-        self.set_planned(sum(1 for nodeid in ids if _is_case(nodeid)))
+        self.set_planned(list(ids))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         rows = [value for key, value in report.user_properties if key == ROW_KEY]
@@ -809,7 +839,8 @@ class ResultsWriter:
         try:
             self._append({"record": "end", "schema": SCHEMA_VERSION, "run_id": self.run_id, "ended": _now(),
                           "exitstatus": int(session.exitstatus), "planned": self.planned,
-                          "written": len(self.written)})
+                          "written": len(self.written), "missing": self.missing(),
+                          "outcome": "complete" if not self.missing() else "incomplete"})
         except OSError as exc:
             self._failed(exc)
 
@@ -884,6 +915,13 @@ class ResultsWriter:
         from reports.build import build
 
         build([self.path], out_dir)
+
+
+def _planned_fields(cases: list) -> dict:
+    from conformance.harness import expected_for
+    from conformance.planned import planned_fields
+
+    return planned_fields(cases, expected_for)
 
 
 def _case_for_nodeid(config: pytest.Config, nodeid: str):

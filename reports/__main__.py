@@ -70,10 +70,12 @@ def _run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.command == "build":
         from reports.build import build
+        from reports.planned import completeness_lines
         from reports.summary import column_line
 
         result = build(args.results, args.out)
         lines = [] if args.quiet else [column_line(count) for count in result.summary["columns"]]
+        lines += completeness_lines(result.summary["completeness"])
         lines.append(f"wrote {', '.join(p.name for p in result.files)} to {result.out_dir}")
         emit(terminal("\n".join(lines)))
         return EXIT_OK

@@ -174,7 +174,7 @@ def test_html_is_byte_identical_and_escaped(tmp_path):
 def test_html_marks_missing_cells(tmp_path):
     build([small_run(tmp_path)], tmp_path / "out")
     html = (tmp_path / "out" / "matrix.html").read_text(encoding="utf-8")
-    assert html.count(f'class="v v-missing">{MISSING}<') == 1
+    assert html.count(f'class="v v-not-run">{MISSING}<') == 1
 
 
 def test_png_is_valid_and_stable(tmp_path):
