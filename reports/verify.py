@@ -123,6 +123,7 @@ class _Check:
         if set(listed) != set(planned) or len(listed) != len(set(listed)):
             self.problem(f"{MUST_PASS} does not list the planned cases of the runs ({len(listed)} listed, "
                          f"{len(set(planned))} planned)")
+        self.shards(runs)
         for run in runs:
             if run["run_id"] not in ends:
                 self.problem(f"run {run['run_id']} has no end record (the run did not finish)")
@@ -150,6 +151,32 @@ class _Check:
                              "recorded finding)")
             else:
                 self.problem(f"{cell_name(cell)}: verdict {verdict} is not allowed")
+
+    def shards(self, runs: list[dict]) -> None:
+        """Shards of one plan: all N parts, each once; never mixed with whole-plan runs."""
+        shards = [(run.get("env") or {}).get("shard") for run in runs]
+        if not any(shards):
+            return
+        parts = []
+        for shard in shards:
+            match = re.fullmatch(r"([0-9]+)/([0-9]+)", shard or "")
+            if not match:
+                self.problem(f"the runs mix shards with a run of {_short(shard or 'the whole plan')}")
+                return
+            parts.append((int(match.group(1)), int(match.group(2))))
+        totals = sorted({n for _, n in parts})
+        if len(totals) > 1:
+            self.problem(f"the runs are shards of different splits (of {', '.join(map(str, totals))} parts)")
+            return
+        total = totals[0]
+        have = Counter(i for i, _ in parts)
+        lacking = [i for i in range(1, total + 1) if not have[i]]
+        if lacking:
+            self.problem(f"the runs cover {len(have)} of {total} shards: part(s) {', '.join(map(str, lacking))} "
+                         "missing")
+        twice = sorted(i for i, n in have.items() if n > 1)
+        if twice:
+            self.problem(f"shard part(s) {', '.join(map(str, twice))} of {total} appear in more than one run")
 
     # -- environment
     def environment(self, runs: list[dict], ends: dict) -> None:

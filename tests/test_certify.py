@@ -249,3 +249,12 @@ def test_certify_needs_runs_that_list_their_cases(tmp_path, package):
     old.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = _reports("certify", str(old), "--out", str(tmp_path / "p"), "--product", "p", "--vendor", "v")
     assert out.returncode == 2 and "does not list its planned cases" in out.stderr
+
+
+def test_a_package_of_some_shards_only_is_refused(pkg):
+    def edit(rs):
+        rs[0]["env"]["shard"] = "1/2"
+        return rs
+    _rewrite_results(pkg, edit)
+    write_sums(pkg)
+    _refused(pkg, "the runs cover 1 of 2 shards: part(s) 2 missing")
