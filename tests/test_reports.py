@@ -227,7 +227,7 @@ def test_summary_json_counts_env_and_digest(tmp_path):
     assert cols["cpu/error"]["counts"]["conforms"] == 3 and cols["cpu/error"]["total"] == 3
     assert cols["cpu/warn_only"]["counts"]["missing-warning"] == 1
     assert cols["cpu/warn_only"]["passing"] == 2 and cols["cpu/warn_only"]["failing"] == 1
-    assert cols["cuda/error"]["counts"]["missing-raise"] == 1 and cols["cuda/error"]["missing"] == 1
+    assert cols["cuda/error"]["counts"]["missing-raise"] == 1 and cols["cuda/error"]["not_run"] == 1
     assert cols["cuda/error"]["device_name"] == "NVIDIA H100 80GB HBM3"
     assert summary["totals"]["conforms"] == 6 and summary["cells"] == 8 and summary["entries"] == 3
     assert summary["overrides"] == 0
