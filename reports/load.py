@@ -869,7 +869,7 @@ def gc_paused():
 # ----------------------------------------------------------------------------- loading
 
 #: The columns merging, ordering and the entries need, whatever a caller keeps.
-_ALWAYS = tuple(dict.fromkeys(MERGE_KEY + ENTRY_KEY + COLUMN_KEY + ENTRY_ATTRIBUTES + ("run_id", "expected", "observed")))
+_ALWAYS = tuple(dict.fromkeys(MERGE_KEY + ENTRY_KEY + COLUMN_KEY + ENTRY_ATTRIBUTES + ("run_id",)))
 
 
 @dataclass

@@ -97,11 +97,13 @@ def missing_rows(files, key: tuple[str, ...], schema: pa.Schema) -> tuple[list[p
     """``missing`` rows for the planned cases of every run that got no row of that run and
     whose cell (``key``) no row of any file judged; one table per file (``schema``, the
     columns the reader keeps), and per run what the reports say about its completeness:
-    ``{"run_id", "path", "planned", "listed", "rows", "missing"}``."""
+    ``{"run_id", "path", "planned", "listed", "rows", "missing"}`` (``rows``: the run's rows,
+    counted for runs that list their cases; None for the others)."""
     report: list[dict] = []
     candidates: list[list[dict]] = []
     for f in files:
-        table = pa.concat_tables(f.parts) if f.parts else None
+        lists = any(rec.get("planned_cases") is not None for _, rec in f.runs)
+        table = pa.concat_tables(f.parts) if f.parts and lists else None
         run_ids = table.column("run_id") if table is not None else None
         counts = {}
         if run_ids is not None and len(run_ids):
@@ -111,7 +113,7 @@ def missing_rows(files, key: tuple[str, ...], schema: pa.Schema) -> tuple[list[p
         for line, rec in f.runs:
             listed = rec.get("planned_cases") is not None
             entry = {"run_id": rec["run_id"], "path": f.name, "planned": rec.get("planned"), "listed": listed,
-                     "rows": counts.get(rec["run_id"], 0), "missing": 0}
+                     "rows": counts.get(rec["run_id"], 0) if listed else None, "missing": 0}
             report.append(entry)
             if not listed:
                 continue
