@@ -511,8 +511,9 @@ def rerun_command(config: pytest.Config, node: pytest.Item) -> str:
         args += ["--hypothesis-seed", str(option.hypothesis_seed)]
     if option.isolate:
         args.append("--isolate")
-    if option.shard is not None:
-        args += ["--shard", "{}/{}".format(*config._detconf_shard)]
+    shard = getattr(config, "_detconf_shard", None)
+    if shard is not None:
+        args += ["--shard", "{}/{}".format(*shard)]
     args += ["--results", os.path.abspath(option.results)]
     return shlex.join(args)
 

@@ -258,3 +258,13 @@ def test_a_package_of_some_shards_only_is_refused(pkg):
     _rewrite_results(pkg, edit)
     write_sums(pkg)
     _refused(pkg, "the runs cover 1 of 2 shards: part(s) 2 missing")
+
+
+def test_outside_a_repository_the_revision_is_not_looked_up_and_it_says_so(pkg, tmp_path, monkeypatch):
+    import reports.verify as verify_mod
+
+    monkeypatch.setattr(verify_mod, "ROOT", tmp_path)  # not a git repository
+    code, lines = verify(str(pkg))
+    assert code == 0, lines
+    assert any(line.startswith("note:") and "is not a git repository" in line for line in lines)
+    assert any(line.startswith("note: waivers checked against") for line in lines)

@@ -111,7 +111,7 @@ def test_the_rerun_hint_keeps_the_shard(tmp_path):
     node = SimpleNamespace(path=ROOT / "conformance" / "test_documented.py", name="test_documented[x]")
     command = plugin.rerun_command(config, node)
     assert "--shard 2/3" in command
-    option.shard = None
+    option.shard, config._detconf_shard = None, None  # no --shard: the whole plan
     assert "--shard" not in plugin.rerun_command(config, node)
 
 
