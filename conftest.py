@@ -90,6 +90,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--worker-memory", default=None, metavar="GIB",
                     help="memory one test worker needs on a device, in GiB (default: the backend's own figure); "
                          "-n is lowered to the number of workers the devices' free memory holds")
+    group.addoption("--shard", default=None, metavar="I/N",
+                    help="run only part I of N of the plan (a stable split by entry, device and compile "
+                         "setting: N runners with 1/N ... N/N cover it once)")
 
 
 def _compilers(config: pytest.Config) -> list[str]:
@@ -126,6 +129,11 @@ def _plan(config: pytest.Config):
         def compiles(entry):
             return check_compiles(entry.source, entry.id)
     cases = plan(catalog, devices, list(dict.fromkeys(modes)), compilers, compiles=compiles)
+    shard = getattr(config, "_detconf_shard", None)
+    if shard is not None:
+        from conformance.shard import select
+
+        cases = select(cases, *shard)
     config._detconf_plan = cases
     config._detconf_case_by_id = {c.id: c for c in cases}
     return cases
@@ -323,6 +331,13 @@ def _check_options(config: pytest.Config) -> None:
     option = config.option
     option.runs = _runs(option.runs)
     option.worker_memory = _worker_memory(option.worker_memory)
+    if option.shard is not None:
+        from conformance.shard import ShardError, parse_shard
+
+        try:
+            config._detconf_shard = parse_shard(option.shard)
+        except ShardError as exc:
+            raise pytest.UsageError(str(exc)) from None
     for mode in option.mode or []:
         if mode not in MODES:
             raise pytest.UsageError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
@@ -439,7 +454,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.option.loadgroup = True  # workers parse "-n N" as plain "load"; the controller chose loadgroup
     elif _writes_results(config):
         writer = ResultsWriter(Path(config.getoption("--results")), config)
-        writer.open(planned=len(config._detconf_plan))  # a usage error when the file cannot be written
+        writer.open(planned=config._detconf_plan)  # a usage error when the file cannot be written
         config.pluginmanager.register(writer, "detconf-results")
 
 
@@ -540,6 +555,9 @@ def rerun_command(config: pytest.Config, node: pytest.Item) -> str:
         args += ["--hypothesis-seed", str(option.hypothesis_seed)]
     if option.isolate:
         args.append("--isolate")
+    shard = getattr(config, "_detconf_shard", None)
+    if shard is not None:
+        args += ["--shard", "{}/{}".format(*shard)]
     args += ["--results", os.path.abspath(option.results)]
     return shlex.join(args)
 
@@ -587,13 +605,23 @@ def _environment(config: pytest.Config) -> dict:
     import torch
     from hypothesis import settings
 
-    def git_revision() -> str:
+    def git(*args: str) -> str | None:
+        # Only the suite's own checkout counts: an installed copy inside some other repository
+        # (a venv in a project folder) must not report that repository's commit.
+        if not (ROOT / ".git").exists():
+            return None
         try:
-            out = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-                                 capture_output=True, text=True, timeout=10)
-            return out.stdout.strip() or _installed_version()
+            out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.SubprocessError):
-            return _installed_version()
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    def git_revision() -> str:
+        return git("describe", "--always", "--dirty") or _installed_version()
+
+    commit = git("rev-parse", "--verify", "HEAD^{commit}")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    shard = getattr(config, "_detconf_shard", None)
 
     devices = [b.describe() for b in config._detconf_backends]
     cuda = next((d for d in devices if d["device"] == "cuda" and d["available"]), None)
@@ -607,6 +635,9 @@ def _environment(config: pytest.Config) -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "suite_revision": git_revision(),
+        "suite_commit": commit,
+        "suite_dirty": None if status is None else bool(status),
+        "shard": None if shard is None else "{}/{}".format(*shard),
         "hypothesis_profile": settings._current_profile,
         "hypothesis_seed": config.getoption("hypothesis_seed", None),
         "doc_version": config.getoption("--doc-version"),
@@ -709,7 +740,7 @@ class ResultsWriter:
         self.ended = False
 
     # -- the file
-    def open(self, planned: int) -> None:
+    def open(self, planned: list) -> None:
         """Create, lock and check the file and append the run record; a usage error otherwise."""
         shown = str(self.config.getoption("--results"))
         fresh = self.config.getoption("--fresh-results")
@@ -726,9 +757,10 @@ class ResultsWriter:
             problem = self._claim(fd, shown, fresh)
             if problem is None:
                 self.fd = fd
-                self.planned = planned
+                self.planned = len(planned)
                 self.run_record = {"record": "run", "schema": SCHEMA_VERSION, "run_id": self.run_id,
-                                   "started": _now(), "planned": planned, "env": _environment(self.config)}
+                                   "started": _now(), "planned": len(planned), "env": _environment(self.config),
+                                   **_planned_fields(planned)}
                 try:
                     self._append(self.run_record)
                 except OSError as exc:
@@ -779,15 +811,18 @@ class ResultsWriter:
             raise
         self.size = os.fstat(self.fd).st_size
 
-    def set_planned(self, planned: int) -> None:
-        """The number of conformance cases collected (after -k, --lf, node ids), known once
-        collection is done and before any test runs: the run record is rewritten to carry it."""
-        if planned == self.planned or self.fd is None or self.written:
+    def set_planned(self, nodeids: list[str]) -> None:
+        """The conformance cases collected (after -k, --lf, node ids), known once collection
+        is done and before any test runs: the run record is rewritten to list them."""
+        cases = [c for c in (_case_for_nodeid(self.config, n) for n in nodeids) if c is not None]
+        fields = _planned_fields(cases)
+        if ((len(cases) == self.planned and fields["planned_cases"] == self.run_record.get("planned_cases"))
+                or self.fd is None or self.written):
             return
-        self.planned = planned
+        self.planned = len(cases)
         if os.fstat(self.fd).st_size != self.size:
             return  # someone else wrote to the file: leave the record as it is
-        self.run_record["planned"] = planned
+        self.run_record.update(planned=len(cases), **fields)
         try:
             os.ftruncate(self.fd, self.run_offset)  # this run's own record, just written
             self.size = self.run_offset
@@ -820,12 +855,12 @@ class ResultsWriter:
         self.session = session
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.set_planned(sum(1 for item in session.items if _is_case(item.nodeid)))
+        self.set_planned([item.nodeid for item in session.items])
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
         # Every worker collects the same cases; scheduling waits for all of them, so no test has run yet.
-        self.set_planned(sum(1 for nodeid in ids if _is_case(nodeid)))
+        self.set_planned(list(ids))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         rows = [value for key, value in report.user_properties if key == ROW_KEY]
@@ -854,7 +889,8 @@ class ResultsWriter:
         try:
             self._append({"record": "end", "schema": SCHEMA_VERSION, "run_id": self.run_id, "ended": _now(),
                           "exitstatus": int(session.exitstatus), "planned": self.planned,
-                          "written": len(self.written)})
+                          "written": len(self.written), "missing": self.missing(),
+                          "outcome": "complete" if not self.missing() else "incomplete"})
         except OSError as exc:
             self._failed(exc)
 
@@ -929,6 +965,13 @@ class ResultsWriter:
         from reports.build import build
 
         build([self.path], out_dir)
+
+
+def _planned_fields(cases: list) -> dict:
+    from conformance.harness import expected_for
+    from conformance.planned import planned_fields
+
+    return planned_fields(cases, expected_for)
 
 
 def _case_for_nodeid(config: pytest.Config, nodeid: str):

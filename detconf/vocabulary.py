@@ -86,6 +86,7 @@ VERDICTS: dict[str, tuple[bool, str]] = {
     "violated": (False, "a flag-API or reproducibility promise did not hold"),
     "not-reached": (False, "no example dispatched the operator the sentence is about: nothing was judged"),
     "harness-error": (False, "the suite itself failed (must be zero)"),
+    "missing": (False, "a planned case with no row: the run crashed or was cut short (set by the reports)"),
     "conforms": (True, "behaves as documented"),
     "nondeterminism-seen": (True, "mode off: run-to-run differences seen (informational)"),
     "no-difference-seen": (True, "mode off: no difference seen (informational)"),
@@ -94,6 +95,8 @@ VERDICTS: dict[str, tuple[bool, str]] = {
     "skipped": (True, "device absent or test skipped"),
 }
 FAILING = tuple(v for v, (passing, _) in VERDICTS.items() if not passing)
+#: Verdicts the reports give, never a run: a planned case the run record lists and no row judged.
+REPORT_ONLY = ("missing",)
 PASSING = tuple(v for v, (passing, _) in VERDICTS.items() if passing)
 #: Display order for tables and legends: conforms, failures from the worst, unsupported and skipped,
 #: then the informational verdicts.

@@ -1,6 +1,7 @@
-"""``python -m reports {build,diff,drift,sensitivity}``.
+"""``python -m reports {build,diff,drift,sensitivity,certify,verify}``.
 
-Exit status: 0 success; 1 ``diff`` found a regression; 2 bad input, an output that cannot be
+Exit status: 0 success; 1 ``diff`` found a regression, or ``verify`` (or the check at the end of
+``certify``) refused the package, one line per problem; 2 bad input, an output that cannot be
 written, or bad usage (one line on stderr, ``reports: error: ...``, naming the file and line
 where there is one; never a traceback).
 """
@@ -24,7 +25,7 @@ def _parser():
         description="Compatibility matrix, run-to-run diff and doc drift from detconf results files.",
         epilog="Exit status: 0 ok, 1 diff found a regression, 2 bad input (one line on stderr).",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{build,diff,drift,sensitivity}",
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{build,diff,drift,sensitivity,certify,verify}",
                                 parser_class=ArgumentParser)
 
     p_build = sub.add_parser("build", help="write matrix.csv/.md/.html/.png, results.csv, summary.json")
@@ -37,6 +38,17 @@ def _parser():
     p_diff.add_argument("b", help="results file of the new run")
     p_diff.add_argument("--strict", action="store_true",
                         help="a conforming cell that disappeared also counts as a regression")
+
+    p_cert = sub.add_parser("certify", help="build a certification package from results files, then verify it")
+    p_cert.add_argument("results", nargs="+", help="results files of the runs to certify (e.g. one per shard)")
+    p_cert.add_argument("--out", required=True, help="the package folder to create (must not exist)")
+    p_cert.add_argument("--product", required=True, help="the product certified (e.g. the accelerator's name)")
+    p_cert.add_argument("--vendor", required=True, help="who submits it")
+    p_cert.add_argument("--log", action="append", default=[], metavar="FILE",
+                        help="a log of the runs to include (repeatable), e.g. pytest's output")
+
+    p_verify = sub.add_parser("verify", help="check a certification package; exit 0 only when it holds")
+    p_verify.add_argument("package", help="the package folder")
 
     sub.add_parser("drift", help="doc drift report (reports.drift); arguments are passed on",
                    add_help=False)
@@ -70,10 +82,12 @@ def _run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.command == "build":
         from reports.build import build
+        from reports.planned import completeness_lines
         from reports.summary import column_line
 
         result = build(args.results, args.out)
         lines = [] if args.quiet else [column_line(count) for count in result.summary["columns"]]
+        lines += completeness_lines(result.summary["completeness"])
         lines.append(f"wrote {', '.join(p.name for p in result.files)} to {result.out_dir}")
         emit(terminal("\n".join(lines)))
         return EXIT_OK
@@ -81,6 +95,20 @@ def _run(argv: list[str]) -> int:
         from reports.diff import main as diff_main
 
         code, lines = diff_main(args.a, args.b, strict=args.strict)
+        emit(terminal("\n".join(lines)))
+        return code
+    if args.command == "certify":
+        from reports.certify import certify
+        from reports.verify import verify
+
+        pkg = certify(args.results, args.out, product=args.product, vendor=args.vendor, logs=args.log)
+        code, lines = verify(str(pkg))
+        emit(terminal("\n".join([f"wrote certification package {pkg}"] + lines)))
+        return code
+    if args.command == "verify":
+        from reports.verify import verify
+
+        code, lines = verify(args.package)
         emit(terminal("\n".join(lines)))
         return code
     raise AssertionError(args.command)  # pragma: no cover

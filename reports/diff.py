@@ -4,8 +4,9 @@ Cells are matched on (source, doc_version, entry_id, phase, device, mode, compil
 the torch version is left out so that two torch releases can be compared. Rows without a
 compile setting (schemas 1 and 2) are eager, so an eager-only file and one with compiled runs
 match on their eager cells. A regression is a cell that was ``conforms`` and now holds any
-other verdict; a cell that disappeared is reported, and counts as a regression only with
-``strict=True``.
+other verdict, or a cell that is ``missing`` in the new run (planned, and no row came: the run
+crashed or was cut short), whatever it was before; a cell that disappeared (not planned) is
+reported, and counts as a regression only with ``strict=True``.
 
 Between two torch releases a change has one of two causes, and the diff names it:
 ``docs`` when the documented promise changed (the cell's ``expected`` differs, or the entry
@@ -28,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from reports.planned import MISSING
 from reports.load import (
     DEFAULT_COMPILE, DEFAULT_PHASE, DIFF_COLUMNS, ENTRY_KEY, Results, _group, compile_key, device_key,
     entry_sort_key, load, mode_key,
@@ -179,6 +181,8 @@ def compare(a: Results, b: Results, *, strict: bool = False) -> Diff:
                 new_entries.setdefault(cell.entry, {})[cell] = rec["verdict"]
             else:
                 diff.added_cells.append((cell, rec["verdict"]))
+            if rec["verdict"] == MISSING:  # planned and never judged: a failure wherever it is
+                diff.regressions.append((cell, None, MISSING))
             continue
         if row not in match_of:
             if not in_b_entry[entry_of[row]]:
@@ -194,8 +198,8 @@ def compare(a: Results, b: Results, *, strict: bool = False) -> Diff:
             f"docs: expected {before_expected} → {after_expected}")
         if rec["verdict"] != after["verdict"]:
             diff.changed.append((cell, rec["verdict"], after["verdict"], cause))
-            if rec["verdict"] == "conforms":
-                diff.regressions.append((cell, "conforms", after["verdict"]))
+            if rec["verdict"] == "conforms" or after["verdict"] == MISSING:
+                diff.regressions.append((cell, rec["verdict"], after["verdict"]))
         elif cause.startswith("docs"):
             diff.promises.append((cell, before_expected, after_expected, rec["verdict"]))
         if row in fp_found:
@@ -239,7 +243,8 @@ def render(diff: Diff, path_a: str, path_b: str) -> list[str]:
         lines += [f"  - {_entry_name(e)}: was {tally(c)}" for e, c in diff.removed_entries]
     if diff.added_cells:
         lines.append(f"cells added ({len(diff.added_cells)}):")
-        lines += [f"  + {_entry_name(c.entry)} [{column(c)}]: {v}" for c, v in diff.added_cells]
+        lines += [f"  + {_entry_name(c.entry)} [{column(c)}]: {v}" + ("  REGRESSION" if v == MISSING else "")
+                  for c, v in diff.added_cells]
     if diff.removed_cells:
         lines.append(f"cells removed ({len(diff.removed_cells)}):")
         lines += [f"  - {_entry_name(c.entry)} [{column(c)}]: was {v}" for c, v in diff.removed_cells]
@@ -269,7 +274,9 @@ def render(diff: Diff, path_a: str, path_b: str) -> list[str]:
                 diff.removed_cells, diff.changed, diff.promises, diff.fingerprints)):
         lines.append("no differences")
     if diff.regressions:
-        lines.append(f"REGRESSED: {len(diff.regressions)} cell(s) no longer conform")
+        gone = sum(1 for _, _, after in diff.regressions if after == MISSING)
+        lines.append(f"REGRESSED: {len(diff.regressions)} cell(s) no longer conform"
+                     + (f" ({gone} of them missing: planned, no row)" if gone else ""))
     else:
         lines.append("no regression")
     return lines

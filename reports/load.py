@@ -49,6 +49,7 @@ import pyarrow.json as pj
 
 from detconf.vocabulary import COMPILERS, DISPLAY_ORDER, MODES, PHASES, READABLE_SCHEMAS, SCHEMA_VERSION, meaning
 from detconf.vocabulary import PASSING as _PASSING
+from reports import planned as planned_mod
 from reports import spans as spans_mod
 
 # Display order is the order of this mapping: conforms, failures from the worst, then the
@@ -279,11 +280,12 @@ def _check_run(rec: dict) -> str | None:
         return "run record needs a non-empty string 'run_id'"
     if not isinstance(rec.get("env"), dict):
         return "run record needs an object 'env'"
-    return None
+    return planned_mod.planned_problem(rec)
 
 
 #: Fields of an end record, after ``run_id``: name -> kind (each optional, never of another type).
-END_FIELDS = {"ended": "str", "exitstatus": "int", "planned": "int", "written": "int"}
+END_FIELDS = {"ended": "str", "exitstatus": "int", "planned": "int", "written": "int", "missing": "int",
+              "outcome": "str"}
 
 
 def _check_end(rec: dict) -> str | None:
@@ -780,6 +782,8 @@ class Results:
     columns: list[tuple[str, str, str, str]]  # (torch_version, device, mode, compile); index = code
     paths: list[str]  # the files read, in order
     fingerprints: np.ndarray | None = None  # per row: digest of its fingerprints (2 words), zeros where none
+    completeness: list[dict] = dataclasses.field(default_factory=list)  # per run: planned, listed, rows, missing
+    missing: int = 0  # rows of planned cases that got none (verdict ``missing``, made by the reader)
 
     def __len__(self) -> int:
         return len(self.store.order)
@@ -823,8 +827,13 @@ class Results:
 
     def spans(self, rows: Iterable[int] | None = None) -> tuple:
         """``(paths, file, start, end, newline_after)`` of rows (default: all, in matrix order):
-        where each row's text is (see :mod:`reports.spans`)."""
+        where each row's text is (see :mod:`reports.spans`). ``missing`` rows have no text (the
+        reader made them from a run record): they are left out."""
         index = slice(None) if rows is None else np.asarray(list(rows), dtype=np.int64)
+        if self.missing:
+            starts = self.column("start").to_numpy()
+            keep = np.flatnonzero(starts >= 0) if rows is None else index[starts[index] >= 0]
+            index = keep
         column = self.column
         return (self.paths, column("file").to_numpy()[index], column("start").to_numpy()[index],
                 column("end").to_numpy()[index], column("newline_after").to_numpy(zero_copy_only=False)[index])
@@ -876,7 +885,7 @@ def gc_paused():
 # ----------------------------------------------------------------------------- loading
 
 #: The columns merging, ordering and the entries need, whatever a caller keeps.
-_ALWAYS = tuple(dict.fromkeys(MERGE_KEY + ENTRY_KEY + COLUMN_KEY + ENTRY_ATTRIBUTES))
+_ALWAYS = tuple(dict.fromkeys(MERGE_KEY + ENTRY_KEY + COLUMN_KEY + ENTRY_ATTRIBUTES + ("run_id",)))
 
 
 @dataclass
@@ -1061,6 +1070,13 @@ def read_file(path: str | os.PathLike, want_fingerprints: bool = False, pool=Non
     return out
 
 
+def _kept_schema(keep: tuple[str, ...]) -> pa.Schema:
+    """The schema of the tables :func:`_accept` makes (the kept columns, then where each row is)."""
+    return pa.schema([TABLE_SCHEMA.field(n) for n in keep] + [
+        ("file", pa.int32()), ("line", pa.int64()), ("start", pa.int64()), ("end", pa.int64()),
+        ("newline_after", pa.bool_())])
+
+
 def _group(table: pa.Table, names: tuple[str, ...], rows: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """Group number of each row (of ``rows``, default all) by the values of ``names``."""
     combined = None
@@ -1125,16 +1141,19 @@ def _load(paths, key: tuple[str, ...], want_fingerprints: bool, columns) -> Resu
             runs_by_id.pop(rec["run_id"], None)  # a repeated run id: the later record wins
             runs_by_id[rec["run_id"]] = rec
     ends = [rec for f in files for _, rec in f.ends]
-    if not any(f.results for f in files):
+    missing, completeness = planned_mod.missing_rows(files, key, _kept_schema(files[0].keep))
+    if not any(f.results for f in files) and not missing:
         raise NoResults(f"{', '.join(names)}: no result records")
 
-    tables = []
+    tables = list(missing)  # before every row read: a row that judged the cell wins
     for f in files:
         tables += f.parts
         f.parts = []
     table = pa.concat_tables(tables)
     del tables
     digests = [d for f in files for d in f.fingerprints] if want_fingerprints else None
+    if digests is not None:
+        digests = [None] * sum(t.num_rows for t in missing) + digests
 
     # Merge: the last row of each key wins (the table is in the order read).
     n = table.num_rows
@@ -1171,6 +1190,7 @@ def _load(paths, key: tuple[str, ...], want_fingerprints: bool, columns) -> Resu
     # The sentence is the entry's (above); the rows do without it.
     if "sentence" in table.column_names:
         table = table.drop_columns(["sentence"])
+    table_verdicts = table.column("verdict").take(pa.array(order)).combine_chunks()
     holder = [table.append_column("seq", pa.array(np.arange(n, dtype=np.int64)))]
     del table
     return Results(
@@ -1185,4 +1205,6 @@ def _load(paths, key: tuple[str, ...], want_fingerprints: bool, columns) -> Resu
         columns=[tuple(column_values[c][k] for k in COLUMN_KEY) for c in column_order],
         paths=names,
         fingerprints=digests,
+        completeness=completeness,
+        missing=int(np.count_nonzero(np.asarray(pc.equal(table_verdicts, planned_mod.MISSING), dtype=bool))),
     )

@@ -37,6 +37,7 @@ COLOURS: dict[str, str] = {
     "spurious-warning": "#ffe0b2",
     "not-reached": "#6d4c41",
     "harness-error": "#7b1fa2",
+    "missing": "#212121",
     "unsupported": "#9e9e9e",
     "skipped": "#e0e0e0",
     "nondeterminism-seen": "#1e88e5",
@@ -47,7 +48,7 @@ MISSING_COLOUR = "#ffffff"
 _VERDICT_OR_NONE = np.array(list(VERDICT_NAMES) + [None], dtype=object)
 # Verdicts whose colour is dark enough to need white text.
 _DARK = frozenset({"conforms", "nondeterministic", "undocumented-nondeterminism", "wrong-result",
-                   "violated", "missing-raise", "undocumented-raise", "not-reached", "harness-error",
+                   "violated", "missing-raise", "undocumented-raise", "not-reached", "harness-error", "missing",
                    "nondeterminism-seen"})
 
 #: Entry columns shown with the matrix, in order.
@@ -149,7 +150,8 @@ class Matrix:
         return pd.concat([frame, verdicts], axis=1)
 
     def column_counts(self) -> list[dict]:
-        """Per column: counts of every verdict (zeros included), totals and missing cells."""
+        """Per column: counts of every verdict (zeros included), totals and cells not run (no row
+        and no planned case: an entry the column's runs did not plan)."""
         if self._counts is None:
             n = len(self.entries)
             self._counts = []
@@ -169,7 +171,7 @@ class Matrix:
                     "total": total,
                     "passing": passing,
                     "failing": total - passing,
-                    "missing": n - total,
+                    "not_run": n - total,
                 })
         return [dict(c, counts=dict(c["counts"])) for c in self._counts]
 
@@ -373,7 +375,7 @@ def write_markdown(matrix: Matrix, results: Results, out: Path) -> None:
     ]
     rows = [[v] + [str(c["counts"][v]) for c in counts] for v in VERDICTS
             if any(c["counts"][v] for c in counts)]
-    rows.append([f"not run ({MISSING})"] + [str(c["missing"]) for c in counts])
+    rows.append([f"not run ({MISSING})"] + [str(c["not_run"]) for c in counts])
     rows.append(["passing / run"] + [f"{c['passing']}/{c['total']}" for c in counts])
     parts += [_md_table(rows, ["verdict"] + matrix.labels), ""]
     d2d = matrix.d2d_counts()
@@ -409,7 +411,7 @@ th { background: #f5f5f5; text-align: left; }
 table.matrix td.v { text-align: center; white-space: nowrap; }
 table.matrix tr.group th { background: #e8eaf6; }
 {% for name, colour, dark in colours %}.v-{{ name }} { background: {{ colour }};{% if dark %} color: #fff;{% endif %} }
-{% endfor %}.v-missing { background: {{ missing_colour }}; color: #999; }
+{% endfor %}.v-not-run { background: {{ missing_colour }}; color: #999; }
 </style>
 </head>
 <body>
@@ -423,13 +425,13 @@ table.matrix tr.group th { background: #e8eaf6; }
 <table class="legend">
 <tr><th>verdict</th><th>passing</th><th>meaning</th></tr>
 {% for name, meaning, passing in legend %}<tr><td class="v-{{ name }}">{{ name }}</td><td>{{ passing }}</td><td>{{ meaning }}</td></tr>
-{% endfor %}<tr><td class="v-missing">{{ missing }}</td><td></td><td>not run on that device/mode</td></tr>
+{% endfor %}<tr><td class="v-not-run">{{ missing }}</td><td></td><td>not run on that device/mode</td></tr>
 </table>
 <h2>Counts per column</h2>
 <table class="counts">
 <tr><th>verdict</th>{% for c in counts %}<th>{{ c.column }}</th>{% endfor %}</tr>
 {% for v in count_verdicts %}<tr><td class="v-{{ v }}">{{ v }}</td>{% for c in counts %}<td>{{ c.counts[v] }}</td>{% endfor %}</tr>
-{% endfor %}<tr><td class="v-missing">not run ({{ missing }})</td>{% for c in counts %}<td>{{ c.missing }}</td>{% endfor %}</tr>
+{% endfor %}<tr><td class="v-not-run">not run ({{ missing }})</td>{% for c in counts %}<td>{{ c.not_run }}</td>{% endfor %}</tr>
 <tr><th>passing / run</th>{% for c in counts %}<th>{{ c.passing }}/{{ c.total }}</th>{% endfor %}</tr>
 </table>
 <h2>Matrix</h2>
@@ -466,7 +468,7 @@ def _html_body(matrix: Matrix, entry_cols: list[str]) -> str:
 
     entries = matrix.entries
     cell_html = np.array([f'<td class="v v-{escape(v)}">{escape(v)}</td>' for v in VERDICT_NAMES]
-                         + [f'<td class="v v-missing">{escape(MISSING)}</td>'], dtype=object)
+                         + [f'<td class="v v-not-run">{escape(MISSING)}</td>'], dtype=object)
     colspan = len(entry_cols) + len(matrix.columns)
     attrs = zip(*(entries[c].tolist() for c in entry_cols))
     groups = list(zip(entries["source"].tolist(), entries["list_name"].tolist()))

@@ -122,8 +122,10 @@ def summary_data(matrix: Matrix, results: Results, digest: str | None = None) ->
             "algorithm": "sha256",
             "over": "the merged result rows: each input line as read (surrounding whitespace "
                     "stripped) plus a newline, UTF-8, in matrix order (entries, then torch "
-                    "version, device, mode, compile setting)",
-            "rows": len(results),
+                    "version, device, mode, compile setting); missing rows have no line",
+            "rows": len(results) - results.missing,
             "value": digest if digest is not None else results.digest(),
         },
+        "missing": results.missing,
+        "completeness": results.completeness,
     }

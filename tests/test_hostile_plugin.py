@@ -476,6 +476,16 @@ def test_a_crash_storm_is_visibly_incomplete(tmp_path):
     assert end["exitstatus"] == out.returncode
     assert f"incomplete: {16 - end['written']} of 16 planned cases have no row" in out.stdout
     assert all(r["verdict"] == "harness-error" for r in run["rows"] if r["mode"] == "error")
+    # The run record lists the 16 planned cases, so the reports show each lost one as missing.
+    assert end["outcome"] == "incomplete" and end["missing"] == 16 - end["written"]
+    assert len(run["run"]["planned_cases"]) == 16
+    built = subprocess.run([sys.executable, "-m", "reports", "build", str(results), "--out", str(tmp_path / "m")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
+    assert f"{16 - end['written']} of 16 planned cases have no row (shown as missing)" in built.stdout
+    summary = json.loads((tmp_path / "m" / "summary.json").read_text())
+    assert summary["totals"]["missing"] == summary["missing"] == 16 - end["written"]
+    assert summary["failing"] >= 16 - end["written"]
 
 
 def test_a_controller_that_dies_leaves_its_plan_and_rows(tmp_path):
@@ -494,7 +504,8 @@ def test_a_controller_that_dies_leaves_its_plan_and_rows(tmp_path):
 
 def test_a_results_file_that_fills_up_mid_run_stops_the_run_without_a_broken_line(tmp_path):
     results = tmp_path / "r.jsonl"
-    out = run_pytest(*SIXTEEN, "--no-report-build", "--results", str(results), fsize=4096)
+    # room for the run record (it lists the planned cases) and a few rows, not for all 16
+    out = run_pytest(*SIXTEEN, "--no-report-build", "--results", str(results), fsize=16384)
     assert out.returncode != 0 and "Traceback" not in out.stdout + out.stderr
     assert f"results incomplete: cannot write results file {results}: File too large" in out.stdout
     [run] = runs_in(results)  # every line is whole JSON

@@ -174,7 +174,7 @@ def test_html_is_byte_identical_and_escaped(tmp_path):
 def test_html_marks_missing_cells(tmp_path):
     build([small_run(tmp_path)], tmp_path / "out")
     html = (tmp_path / "out" / "matrix.html").read_text(encoding="utf-8")
-    assert html.count(f'class="v v-missing">{MISSING}<') == 1
+    assert html.count(f'class="v v-not-run">{MISSING}<') == 1
 
 
 def test_png_is_valid_and_stable(tmp_path):
@@ -227,7 +227,7 @@ def test_summary_json_counts_env_and_digest(tmp_path):
     assert cols["cpu/error"]["counts"]["conforms"] == 3 and cols["cpu/error"]["total"] == 3
     assert cols["cpu/warn_only"]["counts"]["missing-warning"] == 1
     assert cols["cpu/warn_only"]["passing"] == 2 and cols["cpu/warn_only"]["failing"] == 1
-    assert cols["cuda/error"]["counts"]["missing-raise"] == 1 and cols["cuda/error"]["missing"] == 1
+    assert cols["cuda/error"]["counts"]["missing-raise"] == 1 and cols["cuda/error"]["not_run"] == 1
     assert cols["cuda/error"]["device_name"] == "NVIDIA H100 80GB HBM3"
     assert summary["totals"]["conforms"] == 6 and summary["cells"] == 8 and summary["entries"] == 3
     assert summary["overrides"] == 0

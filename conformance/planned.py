@@ -1,0 +1,31 @@
+"""The planned cases a run record lists (docs/results-schema.md): enough of each case to name
+its cell, so that a reader can tell a planned case that got no row (``missing``).
+
+``planned_entries`` holds each entry once (what the matrix shows of it); ``planned_cases``
+one object per case: its test id, its entry (an index into ``planned_entries``), phase,
+device, mode, compile setting and expected outcome.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from conformance.plan import Case
+
+
+def planned_fields(cases: Iterable[Case], expected_for) -> dict[str, Any]:
+    """``{"planned_entries": [...], "planned_cases": [...]}`` for ``cases`` (in their order);
+    ``expected_for(case)`` gives a case's expected outcome."""
+    entries: list[dict[str, Any]] = []
+    index: dict[tuple, int] = {}
+    out_cases: list[dict[str, Any]] = []
+    for case in cases:
+        e = case.entry
+        key = (e.source, e.doc_version, e.id)
+        if key not in index:
+            index[key] = len(entries)
+            entries.append({"source": e.source, "doc_version": e.doc_version, "entry_id": e.id, "op": e.op,
+                            "sentence": e.sentence, "list_name": e.list_name, "position": e.position,
+                            "promise": e.promise})
+        out_cases.append({"id": case.id, "entry": index[key], "phase": case.phase, "device": case.device,
+                          "mode": case.mode, "compile": case.compile, "expected": expected_for(case)})
+    return {"planned_entries": entries, "planned_cases": out_cases}

@@ -1,0 +1,298 @@
+"""Certification packages: ``python -m reports certify`` builds one, ``python -m reports verify``
+checks one (docs/certification.md).
+
+A package is a folder:
+
+- ``statement.json`` -- who and what: product, vendor, date (given by the submitter) and the
+  facts read from the results (devices, driver and runtime versions, torch build, suite
+  revision, Hypothesis profile and seed, the runs, the verdict counts, the digest of the rows);
+- ``must-pass.jsonl`` -- the planned cases of every run, one cell per line;
+- ``results/`` -- the results files, byte for byte;
+- ``environment.json`` -- every run's environment and end record;
+- ``waivers.json`` -- the failing rows waived by a recorded known finding, with its reason;
+- ``known-findings.json`` -- the known findings the waivers were taken from (for the reader);
+- ``logs/`` -- logs the submitter adds (``--log``);
+- ``SHA256SUMS`` -- the SHA-256 of every other file (``sha256sum -c`` reads it).
+
+The reports read the suite's known findings as a data file (they never import the suite).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable
+
+from detconf.vocabulary import FAILING
+from reports.load import ResultsError, load
+from reports.planned import MISSING, planned_cells
+
+FORMAT = "detconf-certification/1"
+ROOT = Path(__file__).resolve().parents[1]
+FINDINGS_FILE = ROOT / "conformance" / "data" / "known-findings.json"
+FINDINGS_IN_REPO = "conformance/data/known-findings.json"
+SUMS = "SHA256SUMS"
+STATEMENT, MUST_PASS, ENVIRONMENT, WAIVERS, FINDINGS = (
+    "statement.json", "must-pass.jsonl", "environment.json", "waivers.json", "known-findings.json")
+#: A cell: what names one case of the plan, torch build included.
+CELL = ("source", "doc_version", "entry_id", "phase", "device", "mode", "compile", "torch_version")
+#: Verdicts a certified device may show. Failing verdicts pass only waived by a recorded finding;
+#: ``unsupported`` only with the reason the row gives; ``skipped`` (nothing ran) and ``missing``
+#: (no row) never.
+ALLOWED = ("conforms", "no-difference-seen", "nondeterminism-seen", "recorded")
+#: What every run's environment must state (non-null).
+ENV_REQUIRED = ("torch_version", "torch_git", "python", "platform", "suite_revision", "suite_commit",
+                "suite_dirty", "hypothesis_profile", "devices", "argv")
+#: The statement's fields the submitter gives (the rest is read from the results).
+GIVEN = ("format", "product", "vendor", "date")
+
+
+class CertifyError(ResultsError):
+    """Bad input to certify or verify: one line, exit status 2."""
+
+
+# ----------------------------------------------------------------------------- reading
+
+def _records(path: Path) -> Iterable[dict]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
+def read_runs(paths: list[Path]) -> tuple[list[dict], list[dict], dict[str, dict]]:
+    """``(runs, rows, ends)`` of results files already validated by :func:`reports.load.load`:
+    run records in order, result rows in order (each with ``_file``: its index in ``paths``),
+    end records by run id."""
+    runs, rows, ends = [], [], {}
+    for index, path in enumerate(paths):
+        for rec in _records(path):
+            kind = rec.get("record")
+            if kind == "run":
+                runs.append(rec)
+            elif kind == "end":
+                ends[rec["run_id"]] = rec
+            elif kind == "result":
+                rows.append(dict(rec, _file=index))
+    return runs, rows, ends
+
+
+def cell_of(row: dict) -> tuple:
+    return tuple((row.get(n) or "") if n == "doc_version" else
+                 (row.get(n) or ("program" if n == "phase" else "eager" if n == "compile" else None)) for n in CELL)
+
+
+def cell_dict(cell: tuple) -> dict:
+    return dict(zip(CELL, cell))
+
+
+def cell_name(cell: tuple) -> str:
+    c = cell_dict(cell)
+    phase = "" if c["phase"] == "program" else f" <{c['phase']}>"
+    compiled = "" if c["compile"] == "eager" else f"/{c['compile']}"
+    return f"{c['source']}:{c['entry_id']}{phase} [{c['device']}/{c['mode']}{compiled}, torch {c['torch_version']}]"
+
+
+def must_pass_of(runs: list[dict]) -> list[dict]:
+    """The planned cases of every run, one per cell (the order of the runs and their lists)."""
+    out: dict[tuple, dict] = {}
+    for rec in runs:
+        for c in planned_cells(rec):
+            cell = cell_of(c)
+            out.setdefault(cell, dict(cell_dict(cell), case_id=c["case_id"]))
+    return list(out.values())
+
+
+# ----------------------------------------------------------------------------- findings
+
+def _finding_matches(finding: dict, row: dict) -> bool:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        spec = SpecifierSet(str(finding.get("torch", "")))
+        version = Version(Version(str(row.get("torch_version", ""))).base_version)
+    except (InvalidSpecifier, InvalidVersion):
+        return False
+    return (finding.get("source") == row.get("source") and finding.get("entry_id") == row.get("entry_id")
+            and finding.get("verdict") == row.get("verdict") and spec.contains(version, prereleases=True)
+            and (not finding.get("devices") or row.get("device") in finding["devices"])
+            and (not finding.get("modes") or row.get("mode") in finding["modes"])
+            and (not finding.get("compile") or (row.get("compile") or "eager") in finding["compile"]))
+
+
+def read_findings(path: Path) -> list[dict]:
+    """The known findings of a data file (a list of objects), or a CertifyError."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CertifyError(f"{path}: cannot read the known findings ({getattr(exc, 'strerror', None) or exc})") from None
+    if not isinstance(data, list) or not all(isinstance(f, dict) for f in data):
+        raise CertifyError(f"{path}: the known findings must be a list of objects")
+    return data
+
+
+def waivers_for(rows: list[dict], findings: list[dict]) -> list[dict]:
+    """A waiver for each failing row (``missing`` aside) that a known finding matches."""
+    out = []
+    for row in rows:
+        if row["verdict"] not in FAILING or row["verdict"] == MISSING:
+            continue
+        finding = next((f for f in findings if _finding_matches(f, row)), None)
+        if finding is not None:
+            out.append({"case": cell_dict(cell_of(row)), "verdict": row["verdict"], "why": finding.get("why"),
+                        "finding": finding})
+    return out
+
+
+# ----------------------------------------------------------------------------- the statement
+
+def _one(values: Iterable, what: str) -> Any:
+    distinct = []
+    for v in values:
+        if v not in distinct:
+            distinct.append(v)
+    if len(distinct) > 1:
+        raise CertifyError(f"the runs disagree on {what}: {', '.join(map(repr, distinct[:3]))}; "
+                           "a package certifies one torch build and one suite revision")
+    return distinct[0] if distinct else None
+
+
+def facts(runs: list[dict], rows: list[dict], must_pass: list[dict], waivers: list[dict], digest: str) -> dict:
+    """What the statement says that the results decide (certify writes it, verify recomputes it)."""
+    envs = [r["env"] for r in runs]
+    planned_devices = {c["device"] for c in must_pass}
+    devices: dict[str, dict] = {}
+    for env in envs:
+        for d in env.get("devices") or []:
+            if isinstance(d, dict) and d.get("device") in planned_devices and d.get("available", True):
+                devices.setdefault(d["device"], {"device": d["device"], "device_name": d.get("device_name"),
+                                                 "versions": d.get("versions") or {}})
+    return {
+        "devices": [devices[k] for k in sorted(devices)],
+        "torch": {"version": _one((e.get("torch_version") for e in envs), "the torch version"),
+                  "git": _one((e.get("torch_git") for e in envs), "the torch build"),
+                  "cuda": _one((e.get("cuda") for e in envs), "the CUDA runtime")},
+        "driver": _one((e.get("driver") for e in envs), "the driver version"),
+        "cudnn": _one((e.get("cudnn") for e in envs), "the cuDNN version"),
+        "suite": {"revision": _one((e.get("suite_revision") for e in envs), "the suite revision"),
+                  "commit": _one((e.get("suite_commit") for e in envs), "the suite revision"),
+                  "dirty": any(e.get("suite_dirty") is not False for e in envs)},
+        "hypothesis": {"profile": _one((e.get("hypothesis_profile") for e in envs), "the Hypothesis profile"),
+                       "seed": _one((e.get("hypothesis_seed") for e in envs), "the Hypothesis seed")},
+        "doc_version": _one((e.get("doc_version") for e in envs), "the doc version"),
+        "platforms": sorted({str(e.get("platform")) for e in envs}),
+        "python": sorted({str(e.get("python")) for e in envs}),
+        "shards": sorted({e.get("shard") or "whole plan" for e in envs}),
+        "runs": [r["run_id"] for r in runs],
+        "cases": len(must_pass),
+        "rows": len(rows),
+        "verdicts": dict(sorted(Counter(r["verdict"] for r in rows).items())),
+        "waived": len(waivers),
+        "rows_digest": digest,
+    }
+
+
+# ----------------------------------------------------------------------------- files
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_json(path: Path, data) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_sums(pkg: Path) -> None:
+    """``SHA256SUMS`` over every other file of the package (sorted, ``sha256sum`` format)."""
+    files = package_files(pkg)
+    text = "".join(f"{sha256_file(pkg / name)}  {name}\n" for name in files)
+    (pkg / SUMS).write_text(text, encoding="utf-8")
+
+
+def package_files(pkg: Path) -> list[str]:
+    """Every file of a package but ``SHA256SUMS`` (paths relative to it, sorted); a link or
+    anything else that is not a plain file counts too (verify refuses it)."""
+    return sorted(p.relative_to(pkg).as_posix() for p in pkg.rglob("*")
+                  if (p.is_symlink() or not p.is_dir()) and p.relative_to(pkg).as_posix() != SUMS)
+
+
+def _safe_name(index: int, path: Path) -> str:
+    name = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in path.name) or "file"
+    return f"{index + 1:02d}-{name}"
+
+
+# ----------------------------------------------------------------------------- certify
+
+def certify(paths: list[str], out: str, *, product: str, vendor: str, logs: Iterable[str] = (),
+            findings_file: Path = FINDINGS_FILE, date: str | None = None) -> Path:
+    """Build a certification package from results files into the new folder ``out``."""
+    for what, value in (("--product", product), ("--vendor", vendor)):
+        if not value or not value.strip():
+            raise CertifyError(f"certify needs {what} (the {what[2:]} being certified)")
+    target = Path(out)
+    if os.path.lexists(target):
+        raise CertifyError(f"{out}: exists; certify writes a new package folder")
+    inputs = [Path(p) for p in paths]
+    log_files = [Path(p) for p in logs]
+    for log in log_files:
+        if not log.is_file():
+            raise CertifyError(f"{log}: not a file (--log takes a log file)")
+    results = load(inputs)  # validates every file (one-line ResultsError otherwise)
+    runs, rows, ends = read_runs(inputs)
+    for rec in runs:
+        if rec.get("planned_cases") is None:
+            raise CertifyError(f"run {rec['run_id']} does not list its planned cases (results written before the "
+                               "list existed): run the suite again to certify")
+    must_pass = must_pass_of(runs)
+    findings = read_findings(findings_file) if findings_file.exists() else []
+    waivers = waivers_for(rows, findings)
+    statement = {"format": FORMAT, "product": product.strip(), "vendor": vendor.strip(),
+                 "date": date or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                 **facts(runs, rows, must_pass, waivers, results.digest())}
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    except OSError as exc:
+        raise CertifyError(f"{out}: cannot create the package folder ({exc.strerror or exc})") from None
+    try:
+        (tmp / "results").mkdir()
+        names = []
+        for i, path in enumerate(inputs):
+            name = f"results/{_safe_name(i, path)}"
+            shutil.copyfile(path, tmp / name)
+            names.append(name)
+        if log_files:
+            (tmp / "logs").mkdir()
+            for i, log in enumerate(log_files):
+                shutil.copyfile(log, tmp / "logs" / _safe_name(i, log))
+        statement["results"] = names
+        write_json(tmp / STATEMENT, statement)
+        (tmp / MUST_PASS).write_text("".join(json.dumps(c, sort_keys=True) + "\n" for c in must_pass),
+                                     encoding="utf-8")
+        write_json(tmp / ENVIRONMENT, environment_of(runs, ends))
+        write_json(tmp / WAIVERS, waivers)
+        write_json(tmp / FINDINGS, findings)
+        write_sums(tmp)
+        os.chmod(tmp, 0o755)
+        os.rename(tmp, target)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CertifyError(f"{out}: cannot write the package ({exc.strerror or exc})") from None
+    return target
+
+
+def environment_of(runs: list[dict], ends: dict[str, dict]) -> dict:
+    return {"runs": [{"run_id": r["run_id"], "started": r.get("started"), "env": r["env"],
+                      "end": {k: v for k, v in ends[r["run_id"]].items() if k not in ("record", "schema")}
+                      if r["run_id"] in ends else None} for r in runs]}

@@ -1,0 +1,270 @@
+"""Certification packages: ``reports certify`` builds one from a real run, ``reports verify``
+accepts it, and refuses it -- one line per problem, exit 1 -- after each way of tampering."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reports.certify import SUMS, write_sums
+from reports.verify import verify
+
+ROOT = Path(__file__).resolve().parents[1]
+#: A small real run: the flag API's and the notes' debug-mode entries on CPU; one of them is a
+#: recorded known finding on torch >= 2.11 (violated in both modes), so the package has waivers.
+RUN = ["--source", "flag-api", "--source", "repro-notes", "--device", "cpu", "--hypothesis-profile", "ci",
+       "-k", "debug_mode", "-n", "0", "--no-report-build"]
+
+
+def _reports(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reports", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory) -> Path:
+    """A package certified from a real run of this checkout. The run records whether the
+    working tree had changes; a tree under development has them, so the record is set to
+    what a clean checkout of the same commit records (the one field changed)."""
+    folder = tmp_path_factory.mktemp("certify")
+    results = folder / "results.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", *RUN,
+                          "--results", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stdout[-3000:]
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    assert lines[0]["env"]["suite_commit"], "the run records its git commit"
+    lines[0]["env"]["suite_dirty"] = False
+    results.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+    (folder / "pytest.log").write_text(out.stdout)
+    made = _reports("certify", str(results), "--out", str(folder / "pkg"), "--product", "x86-64 CPU",
+                    "--vendor", "Example Inc.", "--log", str(folder / "pytest.log"))
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert "verified:" in made.stdout
+    return folder / "pkg"
+
+
+@pytest.fixture
+def pkg(package, tmp_path) -> Path:
+    copy = tmp_path / "pkg"
+    shutil.copytree(package, copy)
+    return copy
+
+
+def _refused(pkg: Path, needle: str) -> list[str]:
+    code, lines = verify(str(pkg))
+    assert code == 1, lines
+    assert lines[-1].startswith("REFUSED:")
+    assert all("\n" not in line for line in lines)
+    hits = [line for line in lines if needle in line]
+    assert hits, f"no line says {needle!r}: {lines}"
+    return lines
+
+
+def _rewrite_results(pkg: Path, change) -> None:
+    path = next((pkg / "results").iterdir())
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records = change(records)
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+
+def test_the_package_holds_what_a_certification_needs(package):
+    names = sorted(p.relative_to(package).as_posix() for p in package.rglob("*") if p.is_file())
+    assert names == sorted(["SHA256SUMS", "environment.json", "known-findings.json", "must-pass.jsonl",
+                            "statement.json", "waivers.json", "results/01-results.jsonl", "logs/01-pytest.log"])
+    statement = json.loads((package / "statement.json").read_text())
+    assert statement["product"] == "x86-64 CPU" and statement["vendor"] == "Example Inc."
+    assert statement["devices"][0]["device"] == "cpu" and statement["devices"][0]["device_name"]
+    assert statement["suite"]["dirty"] is False and len(statement["suite"]["commit"]) == 40
+    assert statement["hypothesis"]["profile"] == "ci" and statement["torch"]["version"]
+    must_pass = (package / "must-pass.jsonl").read_text().splitlines()
+    assert len(must_pass) == statement["cases"] == statement["rows"] == 20
+    waivers = json.loads((package / "waivers.json").read_text())
+    assert statement["waived"] == len(waivers) == 2
+    assert {w["case"]["mode"] for w in waivers} == {"error", "warn_only"}
+    assert all(w["verdict"] == "violated" and w["why"] == w["finding"]["why"] for w in waivers)
+    sums = (package / SUMS).read_text().splitlines()
+    assert len(sums) == len(names) - 1
+
+
+def test_a_good_package_is_accepted(pkg):
+    code, lines = verify(str(pkg))
+    assert code == 0, lines
+    assert lines[-1].startswith("verified:") and "20 must-pass cases" in lines[-1]
+    out = _reports("verify", str(pkg))
+    assert out.returncode == 0 and "verified:" in out.stdout
+
+
+def test_a_changed_file_is_refused(pkg):
+    path = pkg / "logs" / "01-pytest.log"
+    path.write_text(path.read_text() + "edited\n")
+    _refused(pkg, "logs/01-pytest.log: digest does not match SHA256SUMS")
+    (pkg / "extra.txt").write_text("x")
+    _refused(pkg, "extra.txt: not listed in SHA256SUMS")
+
+
+def test_a_missing_row_is_refused(pkg):
+    _rewrite_results(pkg, lambda rs: [r for r in rs if not (r["record"] == "result" and r["mode"] == "error"
+                                                           and r["entry_id"] == rs[1]["entry_id"])])
+    write_sums(pkg)
+    _refused(pkg, "has no row")
+
+
+def test_a_duplicate_row_is_refused(pkg):
+    _rewrite_results(pkg, lambda rs: rs[:2] + [rs[1]] + rs[2:])
+    write_sums(pkg)
+    _refused(pkg, "has 2 rows")
+
+
+@pytest.mark.parametrize("verdict,needle", [
+    ("nondeterministic", "verdict nondeterministic is not allowed (failing, not waived"),
+    ("skipped", "verdict skipped is not allowed"),
+])
+def test_a_disallowed_verdict_is_refused(pkg, verdict, needle):
+    def change(rs):
+        row = next(r for r in rs if r["record"] == "result" and r["verdict"] == "conforms")
+        row["verdict"] = verdict
+        return rs
+    _rewrite_results(pkg, change)
+    write_sums(pkg)
+    _refused(pkg, needle)
+
+
+def test_unsupported_needs_its_reason(pkg):
+    def change(rs):
+        row = next(r for r in rs if r["record"] == "result" and r["verdict"] == "conforms")
+        row["verdict"], row["detail"] = "unsupported", {}
+        return rs
+    _rewrite_results(pkg, change)
+    write_sums(pkg)
+    _refused(pkg, "unsupported without a reason")
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"suite_dirty": True}, "the suite checkout had local changes"),
+    ({"suite_dirty": None}, "is not recorded as clean"),
+    ({"suite_commit": None}, "the suite revision is unknown"),
+    ({"suite_commit": "0" * 40}, "is not a commit of the repository"),
+])
+def test_a_dirty_or_unknown_revision_is_refused(pkg, change, needle):
+    def edit(rs):
+        rs[0]["env"].update(change)
+        return rs
+    _rewrite_results(pkg, edit)
+    write_sums(pkg)
+    _refused(pkg, needle)
+
+
+@pytest.mark.parametrize("field", ["torch_git", "platform", "hypothesis_profile", "devices"])
+def test_an_incomplete_environment_is_refused(pkg, field):
+    def edit(rs):
+        del rs[0]["env"][field]
+        return rs
+    _rewrite_results(pkg, edit)
+    write_sums(pkg)
+    _refused(pkg, f"the environment lacks {field}")
+
+
+def test_an_environment_file_that_is_not_the_runs_is_refused(pkg):
+    env = json.loads((pkg / "environment.json").read_text())
+    env["runs"][0]["env"]["driver"] = "999.99"
+    (pkg / "environment.json").write_text(json.dumps(env))
+    write_sums(pkg)
+    _refused(pkg, "environment.json does not match the run records")
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda ws: ws[0]["finding"].update(why="a reason nobody recorded"), "matches no recorded known finding"),
+    (lambda ws: ws[0]["finding"].update(torch="<2.0"), "matches no recorded known finding"),
+    (lambda ws: ws.append(dict(ws[0], case=dict(ws[0]["case"], entry_id="get_deterministic_debug_mode"))),
+     "matches no recorded known finding"),
+    (lambda ws: ws[0].update(why="we say so"), "its reason is not the finding's"),
+])
+def test_a_waiver_without_a_finding_is_refused(pkg, edit, needle):
+    waivers = json.loads((pkg / "waivers.json").read_text())
+    edit(waivers)
+    (pkg / "waivers.json").write_text(json.dumps(waivers))
+    write_sums(pkg)
+    _refused(pkg, needle)
+
+
+def test_a_failing_row_without_its_waiver_is_refused(pkg):
+    (pkg / "waivers.json").write_text("[]")
+    write_sums(pkg)
+    _refused(pkg, "verdict violated is not allowed (failing, not waived by a recorded finding)")
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda s: s["torch"].update(version="9.9.9"), "'torch' says"),
+    (lambda s: s["verdicts"].update(conforms=20), "'verdicts' says"),
+    (lambda s: s["devices"][0].update(device_name="a faster chip"), "'devices' says"),
+    (lambda s: s.update(rows_digest="0" * 64), "'rows_digest' says"),
+    (lambda s: s.update(product=""), "'product' is missing or empty"),
+])
+def test_a_statement_that_disagrees_with_the_results_is_refused(pkg, edit, needle):
+    statement = json.loads((pkg / "statement.json").read_text())
+    edit(statement)
+    (pkg / "statement.json").write_text(json.dumps(statement))
+    write_sums(pkg)
+    lines = _refused(pkg, needle)
+    assert len(lines) == 2, lines  # that one problem, and the verdict
+
+
+def test_a_must_pass_list_that_is_not_the_plan_is_refused(pkg):
+    path = pkg / "must-pass.jsonl"
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[1:]))
+    write_sums(pkg)
+    _refused(pkg, "must-pass.jsonl does not list the planned cases of the runs (19 listed, 20 planned)")
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, package):
+    out = _reports("verify", str(tmp_path / "nowhere"))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "not a package folder" in out.stderr
+    results = next((package / "results").iterdir())
+    for args, needle in [
+        (["certify", str(results), "--out", str(package), "--product", "p", "--vendor", "v"], "exists"),
+        (["certify", str(results), "--out", str(tmp_path / "p"), "--product", " ", "--vendor", "v"], "needs --product"),
+        (["certify", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "p"), "--product", "p", "--vendor", "v"],
+         "none.jsonl"),
+        (["certify", str(results), "--out", str(tmp_path / "p"), "--product", "p", "--vendor", "v",
+          "--log", str(tmp_path)], "not a file"),
+    ]:
+        out = _reports(*args)
+        assert out.returncode == 2, (args, out.stdout, out.stderr)
+        assert out.stderr.count("\n") == 1 and needle in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_certify_needs_runs_that_list_their_cases(tmp_path, package):
+    results = next((package / "results").iterdir())
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    for key in ("planned_cases", "planned_entries"):
+        del records[0][key]
+    old = tmp_path / "old.jsonl"
+    old.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = _reports("certify", str(old), "--out", str(tmp_path / "p"), "--product", "p", "--vendor", "v")
+    assert out.returncode == 2 and "does not list its planned cases" in out.stderr
+
+
+def test_a_package_of_some_shards_only_is_refused(pkg):
+    def edit(rs):
+        rs[0]["env"]["shard"] = "1/2"
+        return rs
+    _rewrite_results(pkg, edit)
+    write_sums(pkg)
+    _refused(pkg, "the runs cover 1 of 2 shards: part(s) 2 missing")
+
+
+def test_outside_a_repository_the_revision_is_not_looked_up_and_it_says_so(pkg, tmp_path, monkeypatch):
+    import reports.verify as verify_mod
+
+    monkeypatch.setattr(verify_mod, "ROOT", tmp_path)  # not a git repository
+    code, lines = verify(str(pkg))
+    assert code == 0, lines
+    assert any(line.startswith("note:") and "is not a git repository" in line for line in lines)
+    assert any(line.startswith("note: waivers checked against") for line in lines)
