@@ -35,8 +35,8 @@ from engine.compiled import Compiler, compile_unavailable
 from engine.determinism import GlobalState, capture_state, restore_state
 from engine.devices import Backend
 from engine.observation import Observation
-from engine.runner import RunOutcome, compare_values, eager_reach, run_program, run_values
-from engine.trace import top_ops
+from engine.runner import RunOutcome, backend_gap, compare_values, eager_reach, run_program, run_values
+from engine.trace import DispatchTrace, top_ops
 
 
 class _NonConforming(Exception):
@@ -124,13 +124,19 @@ def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
                compiler: Compiler | None = None) -> Record:
     recipe = program.recipe_for(case.entry.op)
     targets = _targets(case, kwargs)
+    building = DispatchTrace()  # names the operator when a device cannot build the example
     try:
-        prog = recipe(data.draw, case.entry, kwargs, backend.torch_device())
+        with building:
+            prog = recipe(data.draw, case.entry, kwargs, backend.torch_device())
     except program.RecipeSkipped as skip:
         return _judged(case, expected, Observation(skipped=str(skip)), {})
     except (hypothesis.errors.UnsatisfiedAssumption, hypothesis.errors.StopTest):
         raise
-    except Exception as exc:  # noqa: BLE001 - a recipe that cannot build its example is our bug
+    except Exception as exc:  # noqa: BLE001 - a recipe that cannot build its example is our bug...
+        gap = backend_gap(exc, building.failure)
+        if gap is not None:  # ...unless the device lacks an operator the same call has on the CPU
+            return _judged(case, expected, Observation(runs=runs, unsupported=f"building the example: {gap}",
+                                                       case=kwargs, targets=list(targets) if targets else None))
         obs = _harness_failure("recipe failed", exc)
         return _judged(case, expected, obs, {"error": obs.error, "case": kwargs,
                                              "traceback": traceback.format_exc(limit=4)})
