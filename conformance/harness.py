@@ -209,11 +209,15 @@ def _adjudicate(prog: program.Program, outcome: RunOutcome, problem: str) -> str
 def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
                   compiler: Compiler | None = None) -> Record:
     fn = checks.check_for(case.entry.source, case.entry.id)
+    # Off the CPU (eager), the check's operators are traced so that a device's missing operator
+    # is named (unsupported) instead of read as the check's failure.
+    watch = DispatchTrace() if compiler is None and backend.name != "cpu" else None
     try:
         if compiler is not None:
             seen = fn(data.draw, case.entry, backend.torch_device(), case.mode, compiler=compiler)
         else:
-            seen = fn(data.draw, case.entry, backend.torch_device(), case.mode)
+            with watch if watch is not None else contextlib.nullcontext():
+                seen = fn(data.draw, case.entry, backend.torch_device(), case.mode)
     except checks.CheckSkipped as skip:
         return _judged(case, expected, Observation(skipped=str(skip), check=True), {})
     except checks.CheckUnsupported as lack:
@@ -221,6 +225,9 @@ def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObje
     except (hypothesis.errors.UnsatisfiedAssumption, hypothesis.errors.StopTest):
         raise
     except Exception as exc:  # noqa: BLE001
+        gap = backend_gap(exc, watch.failure if watch is not None else None)
+        if gap is not None:
+            return _judged(case, expected, Observation(unsupported=gap, check=True), {"unsupported": gap})
         obs = _harness_failure("check failed", exc, check=True)
         return _judged(case, expected, obs, {"error": obs.error, "traceback": traceback.format_exc(limit=4)})
     obs = Observation(check=True, held=seen.held, observed=seen.observed)

@@ -261,10 +261,11 @@ def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | 
             if program.grad_inputs:
                 where = "backward"
                 roots, grads = [], []
-                for i, (_, t) in enumerate(outputs):
-                    if t.requires_grad and (t.is_floating_point() or t.is_complex()):
-                        roots.append(t)
-                        grads.append(_seeded_like(t, i))
+                with _traced(helper):  # the seeded gradients are the harness's, made on the device
+                    for i, (_, t) in enumerate(outputs):
+                        if t.requires_grad and (t.is_floating_point() or t.is_complex()):
+                            roots.append(t)
+                            grads.append(_seeded_like(t, i))
                 if not roots:
                     raise AssertionError("backward entry but no differentiable output")
                 if phase == "backward-only":

@@ -79,16 +79,31 @@ def _on_cpu(value):
 
 
 def _replay_on_cpu(func, args, kwargs) -> str:
-    """Call ``func`` again with every tensor (and device argument) moved to the CPU, on copies."""
-    try:
-        cpu_args, cpu_kwargs = _on_cpu(args), _on_cpu(kwargs)
-    except Exception as exc:  # noqa: BLE001 - the backend cannot even hand its tensors over
-        return f"copy to cpu failed: {type(exc).__name__}: {str(exc).splitlines()[0][:2 * 10**2] if str(exc) else ''}"
-    try:
-        func(*cpu_args, **cpu_kwargs)
-    except Exception as exc:  # noqa: BLE001
-        return f"fails on cpu too: {type(exc).__name__}: {str(exc).splitlines()[0][:2 * 10**2] if str(exc) else ''}"
+    """Call ``func`` again with every tensor (and device argument) moved to the CPU, on copies.
+
+    The replay is not part of the run: it goes with determinism off (the CPU kernel's own
+    alert must not count as the op's), its warnings are dropped, and every global setting
+    and the RNG states are put back afterwards."""
+    import warnings
+
+    from engine.determinism import deterministic_mode
+
+    with deterministic_mode("off", cudnn_benchmark=None, rng=True), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            cpu_args, cpu_kwargs = _on_cpu(args), _on_cpu(kwargs)
+        except Exception as exc:  # noqa: BLE001 - the backend cannot even hand its tensors over
+            return f"copy to cpu failed: {_first_line(exc)}"
+        try:
+            func(*cpu_args, **cpu_kwargs)
+        except Exception as exc:  # noqa: BLE001
+            return f"fails on cpu too: {_first_line(exc)}"
     return "ok"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0][:2 * 10**2] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"
 
 
 class DispatchTrace(TorchDispatchMode):

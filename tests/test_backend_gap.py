@@ -36,6 +36,7 @@ CPU = devices.backends()["cpu"]
 _LIB = torch.library.Library("detconf_gap_test", "DEF")
 _LIB.define("no_offset(Tensor x) -> Tensor")
 _LIB.define("always_fails(Tensor x) -> Tensor")
+_LIB.define("no_offset_put(Tensor x) -> Tensor")
 
 
 def _no_offset(x):
@@ -48,7 +49,14 @@ def _always_fails(x):
     raise RuntimeError("a bad call: fails everywhere")
 
 
+def _no_offset_put(x):
+    if x.storage_offset() != 0:
+        raise RuntimeError("as_strided: storage_offset is required")
+    return x.clone().put_(torch.tensor([0, 0]), torch.ones(2), accumulate=False)  # alerts on the CPU
+
+
 _LIB.impl("no_offset", _no_offset, "CompositeExplicitAutograd")
+_LIB.impl("no_offset_put", _no_offset_put, "CompositeExplicitAutograd")
 _LIB.impl("always_fails", _always_fails, "CompositeExplicitAutograd")
 
 
@@ -142,6 +150,17 @@ def test_a_gap_after_the_documented_operator_ran_does_not_hide_it(fakedev):
     # Planted: without the flag the same observation would hide the missing raise.
     obs.target_ran_before_gap = None
     assert verdict_for("raises", obs) == "unsupported"
+
+
+@pytest.mark.parametrize("mode", ["error", "warn_only"])
+def test_the_cpu_replay_is_not_part_of_the_run(fakedev, mode):
+    """The replay runs put_ on the CPU, which alerts under the mode: neither its raise nor its
+    warning may count as the program's (planted: without the replay's own settings they would)."""
+    obs = run_program(Program(fn=lambda x: torch.ops.detconf_gap_test.no_offset_put(x[1:]),
+                              inputs={"x": torch.arange(4, dtype=torch.float32)}), mode).observation
+    assert obs.raised_runs == 0 and obs.warned_runs == 0
+    assert obs.unsupported.startswith("detconf_gap_test.no_offset_put.default fails on fakedev (the same call runs")
+    assert verdict_for("deterministic-or-warns" if mode == "warn_only" else "deterministic-or-raises", obs) == "unsupported"
 
 
 # --- through the harness: a device that cannot build the example ---------------------------------
