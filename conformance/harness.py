@@ -35,7 +35,7 @@ from engine.compiled import Compiler, compile_unavailable
 from engine.determinism import GlobalState, capture_state, restore_state
 from engine.devices import Backend
 from engine.observation import Observation
-from engine.runner import RunOutcome, backend_gap, compare_values, eager_reach, run_program, run_values
+from engine.runner import RunOutcome, backend_gap, compare_values, eager_reach, missing_kernel, run_program, run_values
 from engine.trace import DispatchTrace, top_ops
 
 
@@ -226,6 +226,8 @@ def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObje
         raise
     except Exception as exc:  # noqa: BLE001
         gap = backend_gap(exc, watch.failure if watch is not None else None)
+        if gap is None and backend.name != "cpu":  # e.g. in a fresh child process, where no trace runs
+            gap = missing_kernel(str(exc), backend.name)
         if gap is not None:
             return _judged(case, expected, Observation(unsupported=gap, check=True), {"unsupported": gap})
         obs = _harness_failure("check failed", exc, check=True)

@@ -31,7 +31,7 @@ from engine.observation import Observation
 from engine.program import Program
 from engine.trace import DispatchTrace, OpFailure, reached, top_ops
 
-__all__ = ["DETERMINISM_ALERT", "Observation", "PHASES", "RunOutcome", "UNSUPPORTED", "as_bytes", "backend_gap", "compare_runs",
+__all__ = ["DETERMINISM_ALERT", "Observation", "PHASES", "RunOutcome", "UNSUPPORTED", "as_bytes", "backend_gap", "compare_runs", "missing_kernel",
            "compare_values", "dense_cpu", "flatten_tensors", "observe", "run_program", "run_values"]
 
 # The phrases torch's alerts use, both for the error and for the warn_only
@@ -165,6 +165,20 @@ def backend_gap(exc: BaseException, failure: OpFailure | None) -> str | None:
     text = f"{type(failure.exc).__name__}: {failure.exc}".strip().splitlines()[0][:3 * 10**2]
     where = "the same call runs on cpu" if failure.cpu_replay == "ok" else failure.cpu_replay
     return f"{failure.op} fails on {devices} ({where}): {text}"
+
+
+_NO_KERNEL = re.compile(r"Could not run '([\w:.]+)' with arguments from the '(\w+)' backend")
+
+
+def missing_kernel(message: str, device: str) -> str | None:
+    """torch's own word that ``device`` has no kernel for an operator (the dispatcher's
+    "Could not run 'aten::X' with arguments from the '<device>' backend"), as
+    ``"aten::X has no <device> kernel: ..."``; None for any other message or device. For
+    failures no trace saw (a fresh child process)."""
+    found = _NO_KERNEL.search(message)
+    if found is None or found.group(2) != device:
+        return None
+    return f"{found.group(1)} has no {device} kernel: {message.strip().splitlines()[0][:3 * 10**2]}"
 
 
 def _classify(exc: BaseException, record: RunRecord, phase: str, failure: OpFailure | None = None) -> None:

@@ -24,7 +24,7 @@ from detconf.vocabulary import DOC_DEVICES
 from engine import devices, opencl_runtime
 from engine.entry import Entry
 from engine.program import Program, recipe
-from engine.runner import backend_gap, run_program
+from engine.runner import backend_gap, missing_kernel, run_program
 from engine.trace import DispatchTrace, OpFailure
 from engine.verdict import expected_outcome, verdict_for
 from tests.planted import planted_entry
@@ -113,6 +113,14 @@ def test_backend_gap_only_for_an_off_cpu_call_that_runs_on_cpu():
     wrapped = RuntimeError("outer")
     wrapped.__cause__ = exc
     assert backend_gap(wrapped, gap).startswith("aten.permute.default fails on opencl")
+
+
+def test_missing_kernel_reads_the_dispatchers_message_for_this_device_only():
+    msg = ("child process failed: NotImplementedError: Could not run 'aten::normal_' with arguments from the "
+           "'opencl' backend. This could be because the operator doesn't exist for this backend")
+    assert missing_kernel(msg, "opencl").startswith("aten::normal_ has no opencl kernel: child process failed")
+    assert missing_kernel(msg, "npu") is None  # planted: another device's missing kernel is not this one's
+    assert missing_kernel("RuntimeError: something else", "opencl") is None
 
 
 # --- through the runner ----------------------------------------------------------------------------
