@@ -41,8 +41,8 @@ from engine.compiled import Compiler, compile_unavailable
 from engine.determinism import GlobalState, capture_state, restore_state
 from engine.devices import Backend
 from engine.observation import Observation
-from engine.runner import RunOutcome, compare_values, eager_reach, run_program, run_values
-from engine.trace import top_ops
+from engine.runner import RunOutcome, backend_gap, compare_values, eager_reach, missing_kernel, run_program, run_values
+from engine.trace import DispatchTrace, top_ops
 
 
 class _NonConforming(Exception):
@@ -152,13 +152,21 @@ def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
                compiler: Compiler | None = None, peer: Backend | None = None) -> Record:
     recipe = program.recipe_for(case.entry.op)
     targets = _targets(case, kwargs)
+    # Off the CPU the build is traced, so that a device lacking an operator is named (unsupported);
+    # on the CPU there is no gap to name and the trace would only cost time.
+    building = DispatchTrace() if backend.name != "cpu" else None
     try:
-        prog = recipe(_drawer(data), case.entry, kwargs, backend.torch_device())
+        with building if building is not None else contextlib.nullcontext():
+            prog = recipe(_drawer(data), case.entry, kwargs, backend.torch_device())
     except program.RecipeSkipped as skip:
         return _judged(case, expected, Observation(skipped=str(skip)), {})
     except (hypothesis.errors.UnsatisfiedAssumption, hypothesis.errors.StopTest):
         raise
-    except Exception as exc:  # noqa: BLE001 - a recipe that cannot build its example is our bug
+    except Exception as exc:  # noqa: BLE001 - a recipe that cannot build its example is our bug...
+        gap = backend_gap(exc, building.failure if building is not None else None)
+        if gap is not None:  # ...unless the device lacks an operator the same call has on the CPU
+            return _judged(case, expected, Observation(runs=runs, unsupported=f"building the example: {gap}",
+                                                       case=kwargs, targets=list(targets) if targets else None))
         obs = _harness_failure("recipe failed", exc)
         return _judged(case, expected, obs, {"error": obs.error, "case": kwargs,
                                              "traceback": traceback.format_exc(limit=4)})
@@ -277,11 +285,15 @@ def _adjudicate(prog: program.Program, outcome: RunOutcome, problem: str) -> str
 def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
                   compiler: Compiler | None = None) -> Record:
     fn = checks.check_for(case.entry.source, case.entry.id)
+    # Off the CPU (eager), the check's operators are traced so that a device's missing operator
+    # is named (unsupported) instead of read as the check's failure.
+    watch = DispatchTrace() if compiler is None and backend.name != "cpu" else None
     try:
         if compiler is not None:
             seen = fn(_drawer(data), case.entry, backend.torch_device(), case.mode, compiler=compiler)
         else:
-            seen = fn(_drawer(data), case.entry, backend.torch_device(), case.mode)
+            with watch if watch is not None else contextlib.nullcontext():
+                seen = fn(_drawer(data), case.entry, backend.torch_device(), case.mode)
     except checks.CheckSkipped as skip:
         return _judged(case, expected, Observation(skipped=str(skip), check=True), {})
     except checks.CheckUnsupported as lack:
@@ -289,6 +301,11 @@ def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObje
     except (hypothesis.errors.UnsatisfiedAssumption, hypothesis.errors.StopTest):
         raise
     except Exception as exc:  # noqa: BLE001
+        gap = backend_gap(exc, watch.failure if watch is not None else None)
+        if gap is None and backend.name != "cpu":  # e.g. in a fresh child process, where no trace runs
+            gap = missing_kernel(str(exc), backend.name)
+        if gap is not None:
+            return _judged(case, expected, Observation(unsupported=gap, check=True), {"unsupported": gap})
         obs = _harness_failure("check failed", exc, check=True)
         return _judged(case, expected, obs, {"error": obs.error, "traceback": traceback.format_exc(limit=4)})
     obs = Observation(check=True, held=seen.held, observed=seen.observed)

@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 from conformance import sweep
 from engine.entry import Entry
 from engine.program import NOT_JUDGED, Program, RecipeSkipped, recipe_prefix
-from engine.runner import UNSUPPORTED
+from engine.runner import UNSUPPORTED, missing_kernel
 
 # At most this many samples of an OpInfo are generated and considered per
 # example (the first ones: generation is sequential). Override with
@@ -124,8 +124,12 @@ def generate_samples(opinfo: Any, device: torch.device, dtype: torch.dtype, requ
     import numpy as np
 
     # On the CPU fork no device generator: an empty device list (device_type keeps its
-    # default, which releases before 2.6 require to be a string).
-    fork = {"devices": []} if device.type == "cpu" else {"devices": [device.index or 0], "device_type": device.type}
+    # default, which releases before 2.6 require to be a string). A device whose module cannot
+    # save its generator (torch-opencl has no get_rng_state) is not forked either: its samples
+    # come from the seeded CPU generator, and nothing on it is left to restore.
+    module = getattr(torch, device.type, None)
+    forkable = device.type != "cpu" and all(hasattr(module, f) for f in ("get_rng_state", "set_rng_state"))
+    fork = {"devices": [device.index or 0], "device_type": device.type} if forkable else {"devices": []}
     saved_random, saved_numpy = random.getstate(), np.random.get_state()
     try:
         with torch.random.fork_rng(**fork):
@@ -401,6 +405,8 @@ def opinfo_sample(draw, entry: Entry, case: dict, device: torch.device) -> Progr
     try:
         samples = generate_samples(opinfo, device, dtype, requires_grad, seed, limit)
     except (RuntimeError, NotImplementedError, TypeError) as exc:
+        if device.type != "cpu" and missing_kernel(str(exc), device.type):
+            raise  # the device lacks an operator: the harness names it (unsupported), not a skip
         if UNSUPPORTED.search(str(exc)):
             raise RecipeSkipped(f"OpInfo {name!r}: its sample inputs cannot be built on {device.type}: "
                                 f"{str(exc).splitlines()[0][:200]}") from None

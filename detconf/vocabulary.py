@@ -49,8 +49,11 @@ OP_SOURCES = ("torch-docs", "ascend", "vendor")
 CHECK_SOURCES = ("flag-api", "repro-notes")
 OPT_IN_SOURCES = ("sweep",)
 DEFAULT_SOURCES = OP_SOURCES + CHECK_SOURCES
-#: Sources whose expectations hold on every device, named by the sentence or not.
+#: Sources whose expectations hold on every device the docs speak of, named by the sentence or not.
 STRICT_SOURCES = ("torch-docs",)
+#: The device types torch's determinism docstring names. On any other (a PrivateUse1 backend),
+#: a torch-docs sentence that names devices gets the general contract.
+DOC_DEVICES = ("cpu", "cuda", "mps")
 #: Sources whose ops are not in the documented lists (nondeterminism there is "undocumented").
 UNLISTED_SOURCES = ("sweep",)
 

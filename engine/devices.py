@@ -193,7 +193,53 @@ def _privateuse1_name() -> str | None:
     return None if name in ("privateuseone", "npu") else name
 
 
+# Runtimes that can describe a PrivateUse1 device its own module does not describe: the
+# device's index → {"device_name": ..., "versions": {...}} or {"error": ...}.
+def _opencl_runtime(index: int) -> dict:
+    from engine import opencl_runtime
+
+    return opencl_runtime.describe(index)
+
+
+RUNTIME_DESCRIBERS: dict[str, Callable[[int], dict]] = {"opencl": _opencl_runtime}
+
+
+def _backend_packages(name: str, mod) -> dict:
+    """Versions of the distributions that provide the backend: the one whose ``torch.backends``
+    entry point (the autoload hook) is named ``name``, and the one owning the device module."""
+    from importlib import metadata
+
+    found: dict[str, str] = {}
+    try:
+        for ep in metadata.entry_points(group="torch.backends"):
+            if ep.name == name and ep.dist is not None:
+                found[ep.dist.metadata["Name"]] = ep.dist.version
+        top = (getattr(mod, "__name__", "") or "").split(".")[0]
+        if top and top != "torch":
+            for dist in metadata.packages_distributions().get(top, ()):
+                found.setdefault(dist, metadata.version(dist))
+    except Exception as exc:  # noqa: BLE001 - broken metadata is reported, not fatal
+        found["error"] = f"{type(exc).__name__}: {exc}"
+    return found
+
+
+def _host_round_trip(name: str) -> None:
+    """Wait for the device by reading one value back: a copy to the host returns only once the
+    device's queue has run what came before it (in-order queues, as PrivateUse1 backends use)."""
+    torch.zeros(1, device=name).cpu()
+
+
 def _privateuse1_backend(name: str) -> Backend:
+    """A PrivateUse1 backend under its registered name.
+
+    It describes itself from its device module (``torch.<name>``) where that offers
+    ``get_device_name`` / ``synchronize``; else from a runtime describer
+    (:data:`RUNTIME_DESCRIBERS`) and the installed packages. Synchronisation: the module's
+    ``synchronize``, else ``torch.accelerator.synchronize``, else a host round trip
+    (the choice is made once, at the first call, and named in ``versions``).
+    """
+    chosen: list[tuple[str, Callable[[], None]]] = []
+
     def module():
         return getattr(torch, name, None)
 
@@ -201,17 +247,50 @@ def _privateuse1_backend(name: str) -> Backend:
         mod = module()
         return bool(mod is not None and getattr(mod, "is_available", lambda: False)())
 
+    def index() -> int:
+        fn = getattr(module(), "current_device", None)
+        return int(fn()) if fn else 0
+
+    def choose_sync() -> tuple[str, Callable[[], None]]:
+        if not chosen:
+            own = getattr(module(), "synchronize", None)
+            if own is not None:
+                chosen.append((f"torch.{name}.synchronize", own))
+            else:
+                accel = getattr(torch, "accelerator", None)
+                try:
+                    current = accel.current_accelerator() if accel is not None else None
+                    if current is None or current.type != name:
+                        raise RuntimeError("not the current accelerator")
+                    accel.synchronize()
+                    chosen.append(("torch.accelerator.synchronize", accel.synchronize))
+                except Exception:  # noqa: BLE001 - the backend has no event support: read back instead
+                    chosen.append(("host round trip (one value copied to the CPU)", lambda: _host_round_trip(name)))
+        return chosen[0]
+
     def sync() -> None:
-        fn = getattr(module(), "synchronize", None)
-        if fn:
-            fn()
+        choose_sync()[1]()
+
+    def runtime() -> dict:
+        describer = RUNTIME_DESCRIBERS.get(name)
+        return describer(index()) if describer else {}
 
     def device_name() -> str:
         fn = getattr(module(), "get_device_name", None)
-        return fn() if fn else name
+        if fn:
+            return fn()
+        return runtime().get("device_name") or name
 
-    return Backend(name=name, available=available, synchronize=sync, device_name=device_name,
-                   versions=lambda: {"privateuse1": name})
+    def versions() -> dict:
+        info: dict = {"privateuse1": name, "packages": _backend_packages(name, module())}
+        described = runtime()
+        info.update(described.get("versions", {}))
+        if "error" in described:
+            info["runtime_error"] = described["error"]
+        info["synchronize"] = choose_sync()[0]
+        return info
+
+    return Backend(name=name, available=available, synchronize=sync, device_name=device_name, versions=versions)
 
 
 def _cuda_free(index: int) -> int:

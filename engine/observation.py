@@ -26,7 +26,10 @@ class Observation:
     - ``raise_phase``: ``"forward"`` or ``"backward"``.
     - ``warnings``: determinism warnings seen (warn_only), deduplicated.
     - ``warned_runs``: in how many runs at least one such warning came.
-    - ``unsupported``: message when the op / dtype is not implemented here.
+    - ``unsupported``: message when the op / dtype is not implemented here (a device's gap
+      names the operator that failed).
+    - ``target_ran_before_gap``: a target operator ran to its end before another operator
+      failed as unsupported: the kernel was reached, and whether it alerted counts.
     - ``error``: any other exception, ``"Type: message"`` (a recipe or torch bug),
       or a failure of the harness itself (recipe that cannot build, missing recipe).
     - ``identical``: True / False when every run returned; None when not comparable.
@@ -62,6 +65,7 @@ class Observation:
     warnings: list[str] = field(default_factory=list)
     warned_runs: int = 0
     unsupported: str | None = None
+    target_ran_before_gap: bool | None = None
     error: str | None = None
     identical: bool | None = None
     mismatch: str | None = None

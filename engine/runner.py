@@ -29,9 +29,9 @@ from engine.compiled import CompileSnapshot, Compiler, compiled_reach, is_compil
 from engine.determinism import apply_mode, deterministic_mode
 from engine.observation import Observation
 from engine.program import Program
-from engine.trace import DispatchTrace, reached, top_ops
+from engine.trace import DispatchTrace, OpFailure, reached, top_ops
 
-__all__ = ["DETERMINISM_ALERT", "Observation", "PHASES", "RunOutcome", "UNSUPPORTED", "as_bytes", "compare_runs",
+__all__ = ["DETERMINISM_ALERT", "Observation", "PHASES", "RunOutcome", "UNSUPPORTED", "as_bytes", "backend_gap", "compare_runs", "missing_kernel",
            "compare_values", "dense_cpu", "flatten_tensors", "observe", "run_program", "run_values"]
 
 # The phrases torch's alerts use, both for the error and for the warn_only
@@ -68,6 +68,7 @@ class RunRecord:
     alert_wrapped: str | None = None  # the compiler's exception type around the alert
     stderr_alerts: list[str] = field(default_factory=list)  # alerts C++ printed that no Python warning carried
     compiled: CompileSnapshot | None = None  # under torch.compile: graphs run, their operators, breaks
+    failed_op: str | None = None  # the operator a device could not run (a backend gap)
 
 
 @dataclass
@@ -147,10 +148,44 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
-def _classify(exc: BaseException, record: RunRecord, phase: str) -> None:
+def backend_gap(exc: BaseException, failure: OpFailure | None) -> str | None:
+    """``exc`` as a device's missing or partial kernel, or None.
+
+    It is one when the traced operator that raised it (``failure``, from
+    :class:`~engine.trace.DispatchTrace`) ran on a device other than the CPU and the same
+    call on CPU copies of its arguments runs: the call was sound, the device could not do it
+    (an out-of-tree backend without ``sum``, an ``as_strided`` that rejects storage offsets).
+    The reason names the operator. A call that fails on the CPU too stays the caller's error.
+    """
+    if failure is None or not failure.off_cpu or not any(e is failure.exc for e in _chain(exc)):
+        return None
+    if failure.cpu_replay != "ok" and not failure.cpu_replay.startswith("copy to cpu failed"):
+        return None
+    devices = ", ".join(d for d in failure.devices if d != "cpu")
+    text = f"{type(failure.exc).__name__}: {failure.exc}".strip().splitlines()[0][:3 * 10**2]
+    where = "the same call runs on cpu" if failure.cpu_replay == "ok" else failure.cpu_replay
+    return f"{failure.op} fails on {devices} ({where}): {text}"
+
+
+_NO_KERNEL = re.compile(r"Could not run '([\w:.]+)' with arguments from the '(\w+)' backend")
+
+
+def missing_kernel(message: str, device: str) -> str | None:
+    """torch's own word that ``device`` has no kernel for an operator (the dispatcher's
+    "Could not run 'aten::X' with arguments from the '<device>' backend"), as
+    ``"aten::X has no <device> kernel: ..."``; None for any other message or device. For
+    failures no trace saw (a fresh child process)."""
+    found = _NO_KERNEL.search(message)
+    if found is None or found.group(2) != device:
+        return None
+    return f"{found.group(1)} has no {device} kernel: {message.strip().splitlines()[0][:3 * 10**2]}"
+
+
+def _classify(exc: BaseException, record: RunRecord, phase: str, failure: OpFailure | None = None) -> None:
     """The determinism alert wherever it sits in the chain (Dynamo and Inductor wrap the op's
-    ``RuntimeError`` in their own types), else "not implemented here", else a compiler's own
-    failure (unsupported: the program cannot be compiled), else an error."""
+    ``RuntimeError`` in their own types), else a device's missing kernel (:func:`backend_gap`),
+    else "not implemented here", else a compiler's own failure (unsupported: the program
+    cannot be compiled), else an error."""
     chain = _chain(exc)
     # The innermost match is the op's own error; outer ones are wrappers that quote it.
     alert = next((e for e in reversed(chain) if isinstance(e, RuntimeError) and DETERMINISM_ALERT.search(str(e))), None)
@@ -166,8 +201,13 @@ def _classify(exc: BaseException, record: RunRecord, phase: str) -> None:
         record.alert_phase = phase
         if alert is not exc or is_compile_failure(exc):
             record.alert_wrapped = type(exc).__name__
+    elif backend_gap(exc, failure) is not None:
+        record.unsupported = backend_gap(exc, failure)
+        record.failed_op = failure.op
     elif any(isinstance(e, (NotImplementedError, RuntimeError, TypeError)) and UNSUPPORTED.search(str(e)) for e in chain):
         record.unsupported = first_line
+        if failure is not None and any(e is failure.exc for e in chain):
+            record.failed_op = failure.op
     elif is_compile_failure(exc):
         record.unsupported = f"compile failed: {first_line}"
     else:
@@ -216,13 +256,17 @@ def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | 
     the graphs that ran (no dispatch trace: Dynamo does not compile under one)."""
     record = RunRecord()
     tracer = DispatchTrace() if trace and compiler is None else None
+    # The harness's own copies (fresh inputs, outputs to the CPU) are traced apart from the
+    # program: they are not reach, but a device that cannot copy is named like any other gap.
+    helper = DispatchTrace() if trace and compiler is None else None
     where = "forward"
     call = fn or program.fn
     watch = compiler.run() if compiler is not None else contextlib.nullcontext()
     with warnings.catch_warnings(record=True) as caught, _stderr_lines(compiler is not None) as native, watch as snap:
         warnings.simplefilter("always")
         try:
-            inputs = _fresh_inputs(program)
+            with _traced(helper):
+                inputs = _fresh_inputs(program)
             if phase == "backward-only":
                 apply_mode("off")
             with _traced(tracer):
@@ -231,10 +275,11 @@ def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | 
             if program.grad_inputs:
                 where = "backward"
                 roots, grads = [], []
-                for i, (_, t) in enumerate(outputs):
-                    if t.requires_grad and (t.is_floating_point() or t.is_complex()):
-                        roots.append(t)
-                        grads.append(_seeded_like(t, i))
+                with _traced(helper):  # the seeded gradients are the harness's, made on the device
+                    for i, (_, t) in enumerate(outputs):
+                        if t.requires_grad and (t.is_floating_point() or t.is_complex()):
+                            roots.append(t)
+                            grads.append(_seeded_like(t, i))
                 if not roots:
                     raise AssertionError("backward entry but no differentiable output")
                 if phase == "backward-only":
@@ -245,14 +290,16 @@ def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | 
                     grad = inputs[name].grad
                     if grad is not None:
                         outputs.append((f"grad[{name}]", grad))
-            synchronize()
-            for label, t in outputs:
-                dense = dense_cpu(t)  # one copy off the device per tensor
+            with _traced(helper):
+                synchronize()
+                denses = [dense_cpu(t) for _, t in outputs]  # one copy off the device per tensor
+            for (label, _), dense in zip(outputs, denses):
                 record.labels.append(label)
                 record.values.append(dense)
                 record.outputs.append(as_bytes(dense))
         except Exception as exc:  # noqa: BLE001 - every failure is evidence
-            _classify(exc, record, where)
+            failures = [t.failure for t in (tracer, helper) if t is not None and t.failure is not None]
+            _classify(exc, record, where, next((f for f in failures if any(e is f.exc for e in _chain(exc))), None))
     if tracer is not None:
         record.ops = tracer.ops
     if compiler is not None:
@@ -383,6 +430,13 @@ def run_program(
                 if w not in obs.stderr_alerts:
                     obs.stderr_alerts.append(w)
         obs.unsupported = obs.unsupported or r.unsupported
+        if r.failed_op and targets is not None and compiler is None and reached(targets, r.ops) \
+                and not reached(targets, [r.failed_op]):
+            # The documented operator ran, then another one failed: the kernel was reached, and
+            # what it did (no alert) is evidence; the row must not read as "never got there".
+            obs.target_ran_before_gap = True
+            if "after the documented operator ran" not in (obs.unsupported or ""):
+                obs.unsupported = f"{obs.unsupported} (after the documented operator ran)"
         obs.error = obs.error or r.other_error
     complete = [r for r in records if not (r.alert_error or r.unsupported or r.other_error)]
     if len(complete) != len(records):

@@ -19,11 +19,91 @@ from typing import Iterable, Mapping
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["DispatchTrace", "Targets", "TargetError", "matches", "reached", "top_ops"]
+__all__ = ["DispatchTrace", "OpFailure", "Targets", "TargetError", "matches", "reached", "top_ops"]
 
 
 class TargetError(ValueError):
     """A malformed target declaration (one-line message)."""
+
+
+@dataclass(frozen=True)
+class OpFailure:
+    """An operator that raised while traced: which one, on which devices, and whether the same
+    call runs on the CPU (``cpu_replay``: ``"ok"``, or what went wrong there; None when every
+    tensor was on the CPU already, so there is nothing to compare)."""
+
+    op: str
+    devices: tuple[str, ...]
+    exc: BaseException
+    cpu_replay: str | None
+
+    @property
+    def off_cpu(self) -> bool:
+        return any(d != "cpu" for d in self.devices)
+
+
+def _devices_of(args, kwargs) -> tuple[str, ...]:
+    import torch
+
+    found = set()
+
+    def visit(value):
+        if isinstance(value, torch.Tensor):
+            found.add(value.device.type)
+        elif isinstance(value, torch.device):
+            found.add(value.type)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                visit(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+
+    visit(args)
+    visit(kwargs)
+    return tuple(sorted(found))
+
+
+def _on_cpu(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu") if value.device.type != "cpu" else value.detach().clone()
+    if isinstance(value, torch.device):
+        return torch.device("cpu")
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _on_cpu(v) for k, v in value.items()}
+    return value
+
+
+def _replay_on_cpu(func, args, kwargs) -> str:
+    """Call ``func`` again with every tensor (and device argument) moved to the CPU, on copies.
+
+    The replay is not part of the run: it goes with determinism off (the CPU kernel's own
+    alert must not count as the op's), its warnings are dropped, and every global setting
+    and the RNG states are put back afterwards."""
+    import warnings
+
+    from engine.determinism import deterministic_mode
+
+    with deterministic_mode("off", cudnn_benchmark=None, rng=True), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            cpu_args, cpu_kwargs = _on_cpu(args), _on_cpu(kwargs)
+        except Exception as exc:  # noqa: BLE001 - the backend cannot even hand its tensors over
+            return f"copy to cpu failed: {_first_line(exc)}"
+        try:
+            func(*cpu_args, **cpu_kwargs)
+        except Exception as exc:  # noqa: BLE001
+            return f"fails on cpu too: {_first_line(exc)}"
+    return "ok"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0][:2 * 10**2] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"
 
 
 class DispatchTrace(TorchDispatchMode):
@@ -31,16 +111,26 @@ class DispatchTrace(TorchDispatchMode):
 
     ``ops`` maps ``"aten.name.overload"`` to a call count. Names are built once
     per overload (the dispatch path only increments a counter keyed by the
-    overload object).
+    overload object). ``failure`` is the last operator that raised (:class:`OpFailure`);
+    a call off the CPU that raised is replayed once on CPU copies of its arguments, so the
+    runner can tell a backend's gap (runs on the CPU) from a bad call (fails there too).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._counts: Counter = Counter()
+        self.failure: OpFailure | None = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self._counts[func] += 1
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        try:
+            return func(*args, **kwargs)
+        except Exception as exc:
+            devices = _devices_of(args, kwargs)
+            replay = _replay_on_cpu(func, args, kwargs) if any(d != "cpu" for d in devices) else None
+            self.failure = OpFailure(str(func), devices, exc, replay)
+            raise
 
     @property
     def ops(self) -> Counter:

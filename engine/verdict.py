@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from detconf.vocabulary import EXPECTATIONS, FAILING, PASSING, REACH_GATED, STRICT_SOURCES, UNLISTED_SOURCES, VERDICTS
+from detconf.vocabulary import DOC_DEVICES, EXPECTATIONS, FAILING, PASSING, REACH_GATED, STRICT_SOURCES, UNLISTED_SOURCES, VERDICTS
 from engine.entry import Entry
 from engine.observation import Observation
 
@@ -26,7 +26,10 @@ def expected_outcome(entry: Entry, device_type: str, mode: str, *, raise_documen
     sweep entries of ops that the docs list elsewhere (qualifier ``documented``)
     and to vendor-profile entries on devices the vendor list does not name
     (the Ascend list run on CPU / CUDA). torch's own lists are strict on every
-    device: a CUDA-only entry must be deterministic on CPU without raising.
+    device the docs speak of (:data:`~detconf.vocabulary.DOC_DEVICES`): a CUDA-only entry must be
+    deterministic on CPU without raising. On a device the docs never name (a PrivateUse1 backend
+    such as ``opencl``) a sentence that names other devices gets the general contract; a
+    sentence that names no device covers it like any other.
 
     A raise is expected where the entry's own sentence promises one for this
     device, or — on a device the sentence does not name — where another entry
@@ -39,7 +42,7 @@ def expected_outcome(entry: Entry, device_type: str, mode: str, *, raise_documen
     if entry.promise == "behaves":
         return "holds"
     general_contract = "documented" in entry.qualifiers or (
-        entry.source not in STRICT_SOURCES and not entry.applies_to(device_type)
+        not entry.applies_to(device_type) and (entry.source not in STRICT_SOURCES or device_type not in DOC_DEVICES)
     )
     if general_contract:
         return "deterministic-or-raises" if mode == "error" else "deterministic-or-warns"
@@ -95,13 +98,14 @@ def _op_verdict(expected: str, obs: Observation) -> str:
         if obs.raised_runs == obs.runs:
             return "conforms"
         if obs.unsupported and not obs.raised_any:
-            return "unsupported"
+            # A target that ran to its end without the alert did not raise, whatever failed later.
+            return "missing-raise" if obs.target_ran_before_gap else "unsupported"
         return "stale-doc" if obs.identical else "missing-raise"
     if expected == "warns":
         if obs.raised_any:
             return "undocumented-raise"  # warn_only must never raise the alert
         if obs.unsupported:
-            return "unsupported"
+            return "missing-warning" if obs.target_ran_before_gap and obs.warned_runs < obs.runs else "unsupported"
         if obs.warned_runs < obs.runs:
             return "missing-warning"
         return "conforms"

@@ -17,10 +17,11 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from engine.checks import CheckObservation, check
+from engine.checks import CheckObservation, CheckUnsupported, check
 
 from engine.determinism import apply_mode as enter_mode
 from engine.determinism import preserved_global_state
+from engine.runner import UNSUPPORTED
 
 from ._support import FLAG_API, NONDETERMINISTIC_ALERT
 
@@ -165,7 +166,9 @@ def _put_probe(device: torch.device) -> dict[str, Any]:
         warnings.simplefilter("always")
         try:
             x.put_(index, values, accumulate=False)
-        except RuntimeError as exc:
+        except RuntimeError as exc:  # NotImplementedError too: a device without put_ says nothing of the mode
+            if NONDETERMINISTIC_ALERT not in str(exc) and UNSUPPORTED.search(str(exc)):
+                raise CheckUnsupported(f"the probe Tensor.put_ on {device}: {str(exc).splitlines()[0][:200]}") from None
             return {"raised": True, "error": str(exc)[:200], "alert_warnings": []}
     alerts = [str(w.message)[:200] for w in caught if NONDETERMINISTIC_ALERT in str(w.message)]
     return {"raised": False, "error": None, "alert_warnings": alerts}
