@@ -201,3 +201,19 @@ def test_a_bad_worker_memory_is_a_usage_error(value):
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 4
     assert out.stderr.strip().splitlines() == [f"ERROR: --worker-memory must be a positive number of GiB, got {value!r}"]
+
+
+@pytest.mark.parametrize("expected, warned, raised, compared", [
+    ("deterministic", 0, False, True),
+    ("deterministic-or-warns", 0, False, True),
+    ("deterministic-or-warns", 2, False, False),   # it warned: the docs promise nothing more
+    ("deterministic-or-raises", 0, True, False),
+    ("warns", 2, False, False),                    # warn_only on a raises-list entry (resize_ quantized)
+    ("observe", 0, False, False),                  # mode off
+])
+def test_the_device_to_device_check_is_only_for_bytes_the_docs_promise(expected, warned, raised, compared):
+    from conformance.harness import _promised_deterministic
+    from engine.runner import Observation
+
+    obs = Observation(runs=2, warned_runs=warned, raised_runs=2 if raised else 0)
+    assert _promised_deterministic(expected, obs) is compared
