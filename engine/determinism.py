@@ -122,12 +122,44 @@ def capture_state(*, rng: bool = False) -> GlobalState:
 current_state = capture_state
 
 
+@contextlib.contextmanager
+def _flags_unfrozen() -> Iterator[None]:
+    """Let the cuDNN flags be assigned even after ``torch.backends.disable_global_flags()``.
+
+    torch's own test utilities (``torch.testing._internal.common_utils``) call it when imported, so
+    any process that has imported them (a vendor's test helpers, the OpInfo database) refuses
+    plain assignments. ``flags_frozen()`` reads a module global; reach it through the function,
+    because ``torch.backends`` may be a module wrapper. The frozen state is put back afterwards.
+    """
+    frozen = getattr(torch.backends, "flags_frozen", None)
+    if frozen is None or not frozen():
+        yield
+        return
+    name = "__allow_nonbracketed_mutation_flag"
+    namespace = frozen.__globals__
+    before = namespace.get(name, True)
+    namespace[name] = True
+    try:
+        yield
+    finally:
+        namespace[name] = before
+
+
+def set_cudnn(*, deterministic: bool | None = None, benchmark: bool | None = None) -> None:
+    """Assign ``torch.backends.cudnn.deterministic`` / ``.benchmark`` (None: leave it), whether or
+    not torch's test utilities froze the flags."""
+    with _flags_unfrozen():
+        if deterministic is not None:
+            torch.backends.cudnn.deterministic = deterministic
+        if benchmark is not None:
+            torch.backends.cudnn.benchmark = benchmark
+
+
 def restore_state(state: GlobalState) -> None:
     torch._C._set_deterministic_algorithms(state.deterministic, warn_only=state.warn_only)
     if state.fill_uninitialized_memory is not None:
         _set_fill(state.fill_uninitialized_memory)
-    torch.backends.cudnn.deterministic = state.cudnn_deterministic
-    torch.backends.cudnn.benchmark = state.cudnn_benchmark
+    set_cudnn(deterministic=state.cudnn_deterministic, benchmark=state.cudnn_benchmark)
     inductor = _inductor_config()
     if inductor is not None:
         if state.inductor_deterministic is _MISSING:
@@ -187,5 +219,5 @@ def deterministic_mode(mode: str, *, cudnn_benchmark: bool | None = False,
     with preserved_global_state(rng=rng) as saved:
         apply_mode(mode)
         if cudnn_benchmark is not None:
-            torch.backends.cudnn.benchmark = cudnn_benchmark
+            set_cudnn(benchmark=cudnn_benchmark)
         yield saved

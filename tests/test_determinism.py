@@ -122,3 +122,23 @@ def test_the_leak_check_of_the_harness_tests_names_what_a_test_left_changed(monk
     assert any(c.startswith("cudnn_benchmark") for c in changed)
     assert leaks(before, before) == []
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"  # monkeypatch puts both back after the test
+
+
+def test_the_guard_works_after_torch_test_utilities_froze_the_flags():
+    """torch.testing._internal.common_utils calls torch.backends.disable_global_flags() when
+    imported; a process that imported it must still run cases (and stay frozen afterwards)."""
+    frozen = torch.backends.flags_frozen.__globals__
+    name = "__allow_nonbracketed_mutation_flag"
+    before = frozen[name]
+    torch.backends.disable_global_flags()
+    try:
+        assert torch.backends.flags_frozen()
+        with pytest.raises(RuntimeError, match="disable_global_flags"):
+            torch.backends.cudnn.benchmark = True  # what a plain assignment meets
+        with deterministic_mode("error", cudnn_benchmark=False):
+            assert torch.are_deterministic_algorithms_enabled()
+            assert torch.backends.cudnn.benchmark is False
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert torch.backends.flags_frozen()
+    finally:
+        frozen[name] = before

@@ -25,7 +25,7 @@ from engine.checks import CheckObservation, check
 
 from engine.child import child_env, run_in_child
 from engine.determinism import apply_mode as enter_mode
-from engine.determinism import mode_is_on, preserved_global_state
+from engine.determinism import mode_is_on, preserved_global_state, set_cudnn
 
 from ._support import REPRO_NOTES, require_cuda, synchronize, tensor_bytes
 
@@ -152,8 +152,7 @@ def _conv_observation(draw, device: torch.device, mode: str, *, cudnn_determinis
     require_cuda(device)
     with preserved_global_state():
         enter_mode(mode)
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = cudnn_deterministic
+        set_cudnn(benchmark=False, deterministic=cudnn_deterministic)
         runs, example = _conv_runs(draw, device)
     differing = _conv_differences(runs)
     return CheckObservation(
