@@ -148,6 +148,13 @@ def _drawer(data: st.DataObject) -> Callable[..., Any]:
     return draw
 
 
+def _skip_detail(skip: Exception) -> dict[str, Any]:
+    """A skip because the promise is about another device type says which (``needs_device``):
+    certification tells "does not apply to this device" from "the device was absent" by it."""
+    needs = getattr(skip, "needs_device", None)
+    return {"needs_device": needs} if needs else {}
+
+
 def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject, kwargs: dict, runs: int,
                compiler: Compiler | None = None, peer: Backend | None = None) -> Record:
     recipe = program.recipe_for(case.entry.op)
@@ -157,7 +164,7 @@ def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
         with building:
             prog = recipe(_drawer(data), case.entry, kwargs, backend.torch_device())
     except program.RecipeSkipped as skip:
-        return _judged(case, expected, Observation(skipped=str(skip)), {})
+        return _judged(case, expected, Observation(skipped=str(skip)), _skip_detail(skip))
     except (hypothesis.errors.UnsatisfiedAssumption, hypothesis.errors.StopTest):
         raise
     except Exception as exc:  # noqa: BLE001 - a recipe that cannot build its example is our bug...
@@ -300,7 +307,7 @@ def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObje
             with watch if watch is not None else contextlib.nullcontext():
                 seen = fn(_drawer(data), case.entry, backend.torch_device(), case.mode)
     except checks.CheckSkipped as skip:
-        return _judged(case, expected, Observation(skipped=str(skip), check=True), {})
+        return _judged(case, expected, Observation(skipped=str(skip), check=True), _skip_detail(skip))
     except checks.CheckUnsupported as lack:
         return _judged(case, expected, Observation(unsupported=str(lack), check=True), {"unsupported": str(lack)})
     except (hypothesis.errors.UnsatisfiedAssumption, hypothesis.errors.StopTest):

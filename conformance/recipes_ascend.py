@@ -901,11 +901,12 @@ def _require_torch_npu(entry: Entry, device: torch.device) -> None:
     try:
         importlib.import_module("torch_npu")
     except ImportError:
-        raise RecipeSkipped("needs torch_npu (not installed)") from None
+        raise RecipeSkipped("needs torch_npu (not installed)", needs_device="npu") from None
     except Exception as exc:  # noqa: BLE001 - a broken CANN install raises all sorts
-        raise RecipeSkipped(f"needs torch_npu (import failed: {type(exc).__name__}: {exc})") from None
+        raise RecipeSkipped(f"needs torch_npu (import failed: {type(exc).__name__}: {exc})", needs_device="npu") from None
     if torch.device(device).type != "npu":
-        raise RecipeSkipped(f"{entry.op} runs on npu devices only, not {torch.device(device).type}")
+        raise RecipeSkipped(f"{entry.op} runs on npu devices only, not {torch.device(device).type}",
+                            needs_device="npu")
 
 
 def _npu_dtype(ex: Example) -> torch.dtype:

@@ -22,7 +22,14 @@ _CHECKS: dict[tuple[str, str], Check] = {}
 
 
 class CheckSkipped(Exception):
-    """The behaviour cannot be observed on this machine; the message says why."""
+    """The behaviour cannot be observed on this machine; the message says why.
+
+    ``needs_device``: the device type the promise is about (``"cuda"`` for a cuBLAS note), when
+    that is why: on any other device the case does not apply (rows say so in ``detail``)."""
+
+    def __init__(self, message: str, *, needs_device: str | None = None) -> None:
+        super().__init__(message)
+        self.needs_device = needs_device
 
 
 class CheckUnsupported(Exception):

@@ -51,7 +51,14 @@ class NoTargets(LookupError):
 
 class RecipeSkipped(Exception):
     """The op cannot run here for a stated reason (e.g. ``torch_npu`` is not
-    installed for a ``torch_npu.*`` API). The case is reported ``skipped``."""
+    installed for a ``torch_npu.*`` API). The case is reported ``skipped``.
+
+    ``needs_device``: the only device type the op runs on, when that is why (see
+    :class:`engine.checks.CheckSkipped`)."""
+
+    def __init__(self, message: str, *, needs_device: str | None = None) -> None:
+        super().__init__(message)
+        self.needs_device = needs_device
 
 
 @dataclass

@@ -144,6 +144,8 @@ class _Check:
                 detail = row.get("detail") or {}
                 if not any(isinstance(detail.get(k), str) and detail[k].strip() for k in ("unsupported", "reason")):
                     self.problem(f"{cell_name(cell)}: unsupported without a reason")
+            elif verdict == "skipped" and _not_applicable(row):
+                continue
             elif verdict in FAILING and verdict != "missing" and (cell, verdict) in waived:
                 continue
             elif verdict in FAILING and verdict != "missing":
@@ -296,3 +298,12 @@ def verify(pkg_path: str) -> tuple[int, list[str]]:
     lines.append(f"verified: {pkg_path}: {statement.get('cases')} must-pass cases, one row each; "
                  f"{statement.get('waived')} waived by recorded findings; revision {statement['suite']['commit']}")
     return 0, lines
+
+
+def _not_applicable(row: dict) -> bool:
+    """A ``skipped`` row whose promise is about another device type (``detail.needs_device``:
+    a cuBLAS note on a non-CUDA device, a torch_npu API off the NPU): it does not apply to the
+    certified device. A skip on the device it needs (the device was absent) stays refused."""
+    needs = (row.get("detail") or {}).get("needs_device")
+    device = str(row.get("device") or "").split(":")[0]
+    return isinstance(needs, str) and bool(needs) and bool(device) and needs != device

@@ -17,8 +17,9 @@ from reports.verify import verify
 ROOT = Path(__file__).resolve().parents[1]
 #: A small real run: the flag API's and the notes' debug-mode entries on CPU; one of them is a
 #: recorded known finding on torch >= 2.11 (violated in both modes), so the package has waivers.
+#: The notes' cuDNN entries are about CUDA: on the CPU they are skipped as not applicable.
 RUN = ["--source", "flag-api", "--source", "repro-notes", "--device", "cpu", "--hypothesis-profile", "ci",
-       "-k", "debug_mode", "-n", "0", "--no-report-build"]
+       "-k", "debug_mode or cudnn", "-n", "0", "--no-report-build"]
 
 
 def _reports(*args: str) -> subprocess.CompletedProcess:
@@ -83,7 +84,7 @@ def test_the_package_holds_what_a_certification_needs(package):
     assert statement["suite"]["dirty"] is False and len(statement["suite"]["commit"]) == 40
     assert statement["hypothesis"]["profile"] == "ci" and statement["torch"]["version"]
     must_pass = (package / "must-pass.jsonl").read_text().splitlines()
-    assert len(must_pass) == statement["cases"] == statement["rows"] == 20
+    assert len(must_pass) == statement["cases"] == statement["rows"] == 24
     waivers = json.loads((package / "waivers.json").read_text())
     assert statement["waived"] == len(waivers) == 2
     assert {w["case"]["mode"] for w in waivers} == {"error", "warn_only"}
@@ -95,7 +96,7 @@ def test_the_package_holds_what_a_certification_needs(package):
 def test_a_good_package_is_accepted(pkg):
     code, lines = verify(str(pkg))
     assert code == 0, lines
-    assert lines[-1].startswith("verified:") and "20 must-pass cases" in lines[-1]
+    assert lines[-1].startswith("verified:") and "24 must-pass cases" in lines[-1]
     out = _reports("verify", str(pkg))
     assert out.returncode == 0 and "verified:" in out.stdout
 
@@ -133,6 +134,25 @@ def test_a_disallowed_verdict_is_refused(pkg, verdict, needle):
     _rewrite_results(pkg, change)
     write_sums(pkg)
     _refused(pkg, needle)
+
+
+def test_a_promise_about_another_device_is_not_applicable(pkg):
+    rows = [json.loads(line) for line in next((pkg / "results").iterdir()).read_text().splitlines()]
+    skipped = [r for r in rows if r["record"] == "result" and r["verdict"] == "skipped"]
+    assert skipped and all(r["detail"]["needs_device"] == "cuda" for r in skipped)
+    assert verify(str(pkg))[0] == 0  # accepted with them
+
+
+@pytest.mark.parametrize("needs", [None, "cpu"])  # no word why, or the certified device itself was absent
+def test_a_skip_that_is_not_about_another_device_is_refused(pkg, needs):
+    def change(rs):
+        for row in rs:
+            if row["record"] == "result" and row["verdict"] == "skipped":
+                row["detail"]["needs_device"] = needs
+        return rs
+    _rewrite_results(pkg, change)
+    write_sums(pkg)
+    _refused(pkg, "verdict skipped is not allowed")
 
 
 def test_unsupported_needs_its_reason(pkg):
@@ -219,7 +239,7 @@ def test_a_must_pass_list_that_is_not_the_plan_is_refused(pkg):
     path = pkg / "must-pass.jsonl"
     path.write_text("".join(path.read_text().splitlines(keepends=True)[1:]))
     write_sums(pkg)
-    _refused(pkg, "must-pass.jsonl does not list the planned cases of the runs (19 listed, 20 planned)")
+    _refused(pkg, "must-pass.jsonl does not list the planned cases of the runs (23 listed, 24 planned)")
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, package):

@@ -23,7 +23,7 @@ NONDETERMINISTIC_ALERT = "does not have a deterministic implementation"
 
 def require_cuda(device: torch.device) -> None:
     if device.type != "cuda" or not torch.cuda.is_available():
-        raise CheckSkipped("needs a CUDA device")
+        raise CheckSkipped("needs a CUDA device", needs_device="cuda")
 
 
 def dtype_supported(dtype: torch.dtype, device: torch.device) -> bool:
