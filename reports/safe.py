@@ -11,6 +11,7 @@ by anyone; they are data, never markup or commands.
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -40,6 +41,15 @@ def csv_column(values: list) -> list:
 
 
 def csv_text(value: Any) -> str:
+    """One CSV field (see :func:`_csv_text`); a matrix repeats the same words thousands of times,
+    so the text of each hashable value is made once."""
+    try:
+        return _csv_text_cached(value)
+    except TypeError:  # an unhashable value
+        return _csv_text(value)
+
+
+def _csv_text(value: Any) -> str:
     """One CSV field: text neutralised (:func:`csv_cell`) and quoted where it holds a comma, a
     quote or a line break -- a carriage return too, where many readers end a row; numbers as
     ``str`` writes them; None and NaN empty."""
@@ -127,7 +137,19 @@ def one_line(value: Any) -> str:
 
 def md_cell(value: Any) -> str:
     """Plain text for a Markdown table cell: one line, control characters removed, punctuation escaped."""
+    try:
+        return _md_cell_cached(value)
+    except TypeError:  # an unhashable value
+        return _md_cell(value)
+
+
+def _md_cell(value: Any) -> str:
     return _MD_SPECIAL.sub(r"\\\1", one_line(value))
+
+
+# Keyed by value *and* type (typed): True and 1, 1 and 1.0 are different cells.
+_md_cell_cached = functools.lru_cache(maxsize=1 << 16, typed=True)(_md_cell)
+_csv_text_cached = functools.lru_cache(maxsize=1 << 16, typed=True)(_csv_text)
 
 
 def md_frame(frame: pd.DataFrame) -> pd.DataFrame:
