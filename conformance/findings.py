@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
+
+from detconf.findings_rule import covers, torch_in  # noqa: F401  (torch_in: part of this module's API)
 
 FINDINGS_FILE = Path(__file__).resolve().parent / "data" / "known-findings.json"
 
@@ -38,23 +39,8 @@ class Finding:
     compile: tuple[str, ...] = ()
 
     def matches(self, row: dict[str, Any]) -> bool:
-        return (
-            row.get("source") == self.source
-            and row.get("entry_id") == self.entry_id
-            and torch_in(str(row.get("torch_version", "")), self.torch)
-            and (not self.devices or row.get("device") in self.devices)
-            and (not self.modes or row.get("mode") in self.modes)
-            and (not self.compile or row.get("compile", "eager") in self.compile)
-        )
-
-
-def torch_in(version: str, specifier: SpecifierSet) -> bool:
-    """Is torch ``version`` (``2.13.0+cpu``, ``2.16.0a0+git…``) inside ``specifier``?"""
-    try:
-        release = Version(version)
-    except InvalidVersion:
-        return False
-    return specifier.contains(Version(release.base_version), prereleases=True)
+        return covers(row, source=self.source, entry_id=self.entry_id, torch=self.torch, devices=self.devices,
+                      modes=self.modes, compile=self.compile)
 
 
 def load_findings(path: str | Path | None = None) -> list[Finding]:

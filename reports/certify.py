@@ -29,6 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
+from detconf.findings_rule import covers
 from detconf.vocabulary import FAILING
 from reports.load import ResultsError, load
 from reports.planned import MISSING, planned_cells
@@ -112,19 +113,17 @@ def must_pass_of(runs: list[dict]) -> list[dict]:
 # ----------------------------------------------------------------------------- findings
 
 def _finding_matches(finding: dict, row: dict) -> bool:
+    """Does ``finding`` (an object of the findings file) waive ``row``: the suite's rule
+    (:func:`detconf.findings_rule.covers`) and the same verdict."""
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
-    from packaging.version import InvalidVersion, Version
 
     try:
         spec = SpecifierSet(str(finding.get("torch", "")))
-        version = Version(Version(str(row.get("torch_version", ""))).base_version)
-    except (InvalidSpecifier, InvalidVersion):
+    except InvalidSpecifier:
         return False
-    return (finding.get("source") == row.get("source") and finding.get("entry_id") == row.get("entry_id")
-            and finding.get("verdict") == row.get("verdict") and spec.contains(version, prereleases=True)
-            and (not finding.get("devices") or row.get("device") in finding["devices"])
-            and (not finding.get("modes") or row.get("mode") in finding["modes"])
-            and (not finding.get("compile") or (row.get("compile") or "eager") in finding["compile"]))
+    return finding.get("verdict") == row.get("verdict") and covers(
+        row, source=finding.get("source"), entry_id=finding.get("entry_id"), torch=spec,
+        devices=finding.get("devices") or (), modes=finding.get("modes") or (), compile=finding.get("compile") or ())
 
 
 def read_findings(path: Path) -> list[dict]:
