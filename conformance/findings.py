@@ -22,7 +22,7 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from detconf.findings_rule import covers, torch_in  # noqa: F401  (torch_in: part of this module's API)
+from detconf.findings_rule import covers
 
 FINDINGS_FILE = Path(__file__).resolve().parent / "data" / "known-findings.json"
 

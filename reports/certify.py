@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from collections import Counter
 from pathlib import Path
