@@ -568,7 +568,7 @@ def record_row(request: pytest.FixtureRequest):
 
     def record(row: dict) -> None:
         worker = getattr(request.config, "workerinput", {}).get("workerid", "main")
-        row = dict(row, nodeid=request.node.nodeid, worker=worker)
+        row = dict(row, nodeid=_plain_nodeid(request.node.nodeid), worker=worker)
         # Plain JSON builtins only: xdist's wire format rejects str subclasses
         # such as torch.__version__ (TorchVersion).
         request.node.user_properties.append((ROW_KEY, json.loads(json.dumps(row, default=str))))
@@ -863,20 +863,21 @@ class ResultsWriter:
         self.set_planned(list(ids))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        nodeid = _plain_nodeid(report.nodeid)
         rows = [value for key, value in report.user_properties if key == ROW_KEY]
         if rows:
-            self.add(report.nodeid, rows[-1])
+            self.add(nodeid, rows[-1])
             return
-        if report.failed and report.nodeid not in self.written:
+        if report.failed and nodeid not in self.written:
             # A test that failed without a row: an exception outside the harness,
             # or a worker that crashed (xdist reports the test it was running).
-            case = _case_for_nodeid(self.config, report.nodeid)
+            case = _case_for_nodeid(self.config, nodeid)
             if case is not None:
                 from conformance.harness import crashed_row
 
                 text = str(report.longrepr).strip().splitlines()
                 row = crashed_row(case, text[-1] if text else "failed without a result row")
-                self.add(report.nodeid, dict(row, nodeid=report.nodeid))
+                self.add(nodeid, dict(row, nodeid=nodeid))
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.fd is None or self.ended:
@@ -974,7 +975,16 @@ def _planned_fields(cases: list) -> dict:
     return planned_fields(cases, expected_for)
 
 
+def _plain_nodeid(nodeid: str) -> str:
+    """``nodeid`` without the ``@GROUP`` that xdist's ``--dist loadgroup`` appends on its workers
+    to a test with an ``xdist_group`` mark (compiled cases; with some pytest versions only), so
+    that rows, the written set and the planned cases name a test alike."""
+    head, bracket, tail = nodeid.rpartition("]")
+    return head + bracket if bracket and tail.startswith("@") else nodeid
+
+
 def _case_for_nodeid(config: pytest.Config, nodeid: str):
+    nodeid = _plain_nodeid(nodeid)
     if f"::{CONFORMANCE_TEST}[" not in nodeid:
         return None
     param = nodeid.split(f"::{CONFORMANCE_TEST}[", 1)[1][:-1]

@@ -1,7 +1,8 @@
 """``pip install .`` and ``pip install -e .``: the plugin, the ``detconf`` command, the README's commands.
 
-Each install goes into a throwaway virtual environment made with ``--system-site-packages``, so
-torch and the requirements come from the interpreter that runs these tests and pip installs
+Each install goes into a throwaway virtual environment that sees the packages of the interpreter
+running these tests (``--system-site-packages`` and a ``.pth`` file for a virtualenv's own), so
+torch and the requirements come from that interpreter and pip installs
 detconf alone (``--no-build-isolation``: the build uses the setuptools already there). The
 source is a copy of the suite's files, so a build never writes into the checkout.
 """
@@ -49,6 +50,20 @@ def _torch_of(python: Path | str) -> str:
     return out.stdout.strip()
 
 
+def _see_this_interpreters_packages(python: Path) -> None:
+    """``--system-site-packages`` gives a venv the *base* interpreter's packages; when these tests
+    run in a virtualenv (the README's path), torch and the requirements are in that one. A
+    ``.pth`` file puts this interpreter's site folders on the new venv's path, ahead of the base's."""
+    import site
+    import sysconfig
+
+    target = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                            capture_output=True, text=True, timeout=60, env=_clean_env())
+    assert target.returncode == 0, target.stderr[-2000:]
+    folders = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()])
+    Path(target.stdout.strip(), "_detconf_test_host.pth").write_text("".join(f"{f}\n" for f in folders))
+
+
 def _install(tmp: Path, *, editable: bool) -> Path:
     """A venv with detconf installed; returns its bin folder."""
     try:
@@ -64,6 +79,7 @@ def _install(tmp: Path, *, editable: bool) -> Path:
     if made.returncode != 0:
         pytest.skip(f"cannot make a virtual environment: {made.stderr.strip()[-300:]}")
     python = env_dir / "bin" / "python"
+    _see_this_interpreters_packages(python)
     command = [str(python), "-m", "pip", "install", "--no-build-isolation", "--no-index"]
     command += ["-e", str(source)] if editable else [str(source)]
     out = subprocess.run(command, capture_output=True, text=True, timeout=600, env=_clean_env(), cwd=tmp)
