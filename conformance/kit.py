@@ -80,8 +80,10 @@ class StableDraws:
     example, which would pin every case to size-1 tensors. Hypothesis still makes every draw,
     so its choice sequence and constraints are the same in every example and replay. Values,
     seeds and the share of duplicate indices vary from example to example, so the runs still
-    differ in what exposes nondeterminism. Each call form and documented condition has its
-    own class.
+    differ in what exposes nondeterminism. Each documented condition (the case's keyword
+    values) has its own class; the call forms of a case share it, so a second form (``nn.Module``
+    after ``nn.functional``) hands Inductor the graph it already compiled and its graph cache
+    answers, instead of a second class compiled again.
     """
 
     def __init__(self, seed: int) -> None:
@@ -170,7 +172,7 @@ class Example:
         self.unreachable: str | None = None
         self._stable = _STABLE.get()
         self._class_draws = 0
-        self._class_key = tuple(sorted((k, repr(v)) for k, v in self.case.items()))
+        self._class_key = tuple(sorted((k, repr(v)) for k, v in self.case.items() if k != "form"))
         if "form" in self.case:
             self.kwargs["form"] = self.case["form"]
 

@@ -127,3 +127,19 @@ def plan(catalog: list[Entry], devices: Iterable[str], modes: Iterable[str], com
         dup = sorted({i for i in ids if ids.count(i) > 1})
         raise CatalogError(f"duplicate test ids: {dup[:5]}")
     return cases
+
+
+def heaviest_first(cases: list[Case]) -> list[Case]:
+    """``cases`` in the order a parallel run should start them: compiled cases of backward
+    entries (a forward and a backward graph to compile), then the other compiled cases, then
+    eager ones; the plan's order within each. Compiling dominates a compiled run and xdist
+    hands out work in collection order, so a heavy entry met last would leave one worker
+    compiling while the others have finished (longest first balances the workers). Every
+    case of one entry, device and compile setting has the same weight, so an xdist group stays
+    together."""
+    def weight(case: Case) -> int:
+        if case.compile == "eager":
+            return 2
+        return 0 if case.entry.backward else 1
+
+    return sorted(cases, key=weight)

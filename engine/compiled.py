@@ -153,14 +153,30 @@ class Compiler:
         self._current: _Graph | None = None
         self._breaks_mark: Counter = Counter()
         self.break_reasons_seen: set[str] = set()
+        self._compiling = 0  # depth of the timed compile calls in progress
         self._backend = self._make_backend()
+
+    @contextlib.contextmanager
+    def _timing(self) -> Iterator[None]:
+        """Count the body's seconds in ``compile_s`` (once where timed calls nest)."""
+        self._compiling += 1
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._compiling -= 1
+            if not self._compiling:
+                self.compile_s += time.perf_counter() - started
 
     # -- the recording backend
     def _record_aten(self, compile_aten: Callable[..., Any]) -> Callable[..., Any]:
+        # Timed here too: AOTAutograd compiles a backward graph lazily, at the first backward
+        # call, outside the backend call below; its seconds are compiling, not the op's run time.
         def recording(gm, example_inputs, *args, **kwargs):
             if self._current is not None:
                 self._current.ops.update(_graph_ops(gm))
-            return compile_aten(gm, example_inputs, *args, **kwargs)
+            with self._timing():
+                return compile_aten(gm, example_inputs, *args, **kwargs)
 
         return recording
 
@@ -186,11 +202,8 @@ class Compiler:
             graph = _Graph(index=len(self.graphs), break_reasons=self._new_breaks())
             self.graphs.append(graph)
             self._current = graph
-            started = time.perf_counter()
-            try:
+            with self._timing():
                 compiled = inner(gm, example_inputs)
-            finally:
-                self.compile_s += time.perf_counter() - started
 
             @functools.wraps(compiled)
             def counted(*args):
@@ -228,8 +241,14 @@ class Compiler:
             _graph_break_counter().clear()
 
     def compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """The compiled form of ``fn`` (a plain op function or a ``functools.partial`` of one)."""
-        return torch.compile(fn, backend=self._backend)
+        """The compiled form of ``fn`` (a plain op function or a ``functools.partial`` of one).
+
+        Static shapes (``dynamic=False``): each function is compiled for the sizes it is called
+        with, as a program's first compile is. Left to Dynamo's automatic dynamic shapes, the
+        second op function of a case would be traced symbolically -- every partial runs through
+        one wrapper frame of Dynamo's, whose earlier sizes it would take for a changing size --
+        and Inductor's symbolic C++ code generation costs minutes per pooling backward."""
+        return torch.compile(fn, backend=self._backend, dynamic=False)
 
     @contextlib.contextmanager
     def run(self) -> Iterator[CompileSnapshot]:

@@ -4,6 +4,7 @@ Every verdict here comes through the whole path (recipe -> Hypothesis -> compile
 verdict -> row). aot_eager keeps most tests fast; Inductor runs where its generated code is
 the point (it needs a C++ compiler: the test skips naming it when none is found).
 """
+import functools
 import json
 
 import pytest
@@ -191,6 +192,68 @@ def test_a_compiler_belongs_to_one_case_and_resets_dynamo():
         assert again.graphs_run == 1 and again.compile_s == 0.0  # reused, not compiled again
     with pytest.raises(ValueError):
         Compiler("eager")
+
+
+def _square_sum(x, *, k):
+    return (x * x * k).sum()
+
+
+def _cube_sum(x, *, k):
+    return (x * x * x * k).sum()
+
+
+def test_a_backward_compiled_at_the_first_backward_call_counts_as_compiling(monkeypatch):
+    # AOTAutograd compiles the backward graph lazily, outside the backend call: its seconds
+    # are compiling all the same, not the op's run time.
+    import time
+    import torch._dynamo.backends.debugging as debugging
+
+    compiled = []
+    real = debugging.boxed_nop
+
+    def slow(gm, example_inputs):
+        compiled.append(gm)
+        time.sleep(0.3)
+        return real(gm, example_inputs)
+
+    monkeypatch.setattr(debugging, "boxed_nop", slow)
+    compiler = Compiler("aot_eager")
+    x = torch.ones(3, requires_grad=True)
+    with compiler.case():
+        fn = compiler.compile(functools.partial(_square_sum, k=2))
+        with compiler.run() as forward:
+            out = fn(x)
+        with compiler.run() as backward:
+            out.backward()
+    assert len(compiled) == 2 and torch.equal(x.grad, torch.full((3,), 4.0))
+    assert forward.compile_s >= 0.3 and backward.compile_s >= 0.3
+    assert compiler.compile_s >= 0.6 and compiler.compile_s == pytest.approx(forward.compile_s + backward.compile_s)
+
+
+def test_compiled_functions_are_specialised_to_their_sizes_never_traced_symbolically(monkeypatch):
+    # Every partial runs through one wrapper frame of Dynamo's: with automatic dynamic shapes,
+    # the second op function of a case (another size) would be traced with symbolic sizes.
+    import torch._dynamo.backends.debugging as debugging
+
+    inputs = []
+    real = debugging.boxed_nop
+
+    def seeing(gm, example_inputs):
+        inputs.append(list(example_inputs))
+        return real(gm, example_inputs)
+
+    monkeypatch.setattr(debugging, "boxed_nop", seeing)
+    compiler = Compiler("aot_eager")
+    with compiler.case():
+        for op, size in ((_square_sum, 2), (_cube_sum, 3), (_square_sum, 5)):
+            fn = compiler.compile(functools.partial(op, k=2))
+            with compiler.run():
+                fn(torch.ones(size))
+    assert len(inputs) == 3
+    symbolic = [i for graph in inputs for i in graph
+                if isinstance(i, torch.SymInt) or (isinstance(i, torch.Tensor) and not all(
+                    type(s) is int for s in i.shape))]
+    assert not symbolic, symbolic
 
 
 # -- Inductor ----------------------------------------------------------------------------------

@@ -58,3 +58,35 @@ def test_the_reproducer_rebuilds_the_same_output(data):
     exec(compile(program.repro, "<repro>", "exec"), namespace)
     assert torch.equal(namespace["out"], program.fn(**program.inputs))
     assert program.meta["op_function"] == "add_op" and "alpha=" in program.meta["source"]
+
+
+def _class_values(case: dict, stable) -> tuple:
+    """The class draws of one example under ``stable`` (the draw function is never consulted
+    for the value: a compiled case takes the kept one)."""
+    ex = Example(lambda strategy: None, ENTRY, case, torch.device("cpu"))
+    return ex.side(1, 50), ex.side(1, 50), ex.choice(("a", "b", "c", "d")), ex.integer(0, 1000)
+
+
+def test_under_compile_every_call_form_of_a_case_draws_the_same_shape_class():
+    # One shape class for all forms: the second form's graph is the first one's, so Inductor's
+    # graph cache compiles the case once per mode instead of once per form.
+    from conformance.kit import stable_draws
+
+    with stable_draws(11) as stable:
+        module = _class_values({"form": "nn.Module"}, stable)
+        functional = _class_values({"form": "nn.functional"}, stable)
+        again = _class_values({"form": "nn.Module"}, stable)
+    assert module == functional == again
+
+
+def test_under_compile_each_documented_condition_keeps_a_class_of_its_own():
+    from conformance.kit import stable_draws
+
+    with stable_draws(11) as stable:
+        conditions = {flag: _class_values({"accumulate": flag, "form": "method"}, stable) for flag in (False, True)}
+        assert _class_values({"accumulate": True, "form": "function"}, stable) == conditions[True]
+    keys = {key[0] for key in stable._memo}
+    assert keys == {(("accumulate", "False"),), (("accumulate", "True"),)}
+    # Eager (no stable draws): every draw is Hypothesis's own.
+    drawn = Example(lambda strategy: "hypothesis", ENTRY, {"form": "method"}, torch.device("cpu"))
+    assert drawn.choice(("a", "b")) == "hypothesis"

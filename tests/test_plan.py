@@ -62,3 +62,40 @@ def test_the_sweep_runs_in_the_program_phase_only():
     from engine.entry import Entry
     sweep_entry = Entry(id="x", op="opinfo:x", sentence="", promise="deterministic", backward=True, source="sweep")
     assert phases_for(sweep_entry, "error") == ("program",)
+
+
+def test_a_compiled_run_starts_the_heaviest_cases_first_and_keeps_each_group_together():
+    from conformance.plan import heaviest_first
+
+    torch_docs = [e for e in CATALOG if e.source == "torch-docs"]
+    cases = plan(torch_docs, ["cpu"], ["error", "warn_only"], ["eager", "inductor"])
+    ordered = heaviest_first(cases)
+    assert sorted(c.id for c in ordered) == sorted(c.id for c in cases)
+    weights = [0 if c.compile != "eager" and c.entry.backward else 1 if c.compile != "eager" else 2 for c in ordered]
+    assert weights == sorted(weights) and weights[0] == 0 and weights[-1] == 2 and 1 in weights
+    # The plan's order within a weight; the modes of a compiled entry stay adjacent (one xdist group).
+    assert [c.id for c in ordered if c.compile == "eager"] == [c.id for c in cases if c.compile == "eager"]
+    groups = [(c.entry.id, c.compile) for c in ordered]
+    seen, previous = set(), None
+    for group in groups:
+        assert group == previous or group not in seen, f"{group} is split"
+        seen.add(group)
+        previous = group
+
+
+def test_the_plugin_collects_a_compiled_run_heaviest_first_and_an_eager_run_in_plan_order(tmp_path):
+    from tests.test_plugin import pytest_run
+
+    def collected(*args):
+        out = pytest_run("--source", "torch-docs", "--device", "cpu", "--mode", "error", *args,
+                         "--results", str(tmp_path / "r.jsonl"), "--collect-only")
+        assert out.returncode == 0, out.stdout[-2000:]
+        return [line for line in out.stdout.splitlines() if "::test_documented[" in line]
+
+    eager = collected()
+    compiled = collected("--compile", "eager", "--compile", "inductor")
+    assert eager and compiled[0].endswith("-inductor]") and compiled[-1].endswith("-error]")
+    first_backward = next(i for i, line in enumerate(compiled) if ".backward" in line)
+    first_forward = next(i for i, line in enumerate(compiled) if ".backward" not in line)
+    assert first_backward == 0 < first_forward
+    assert [line for line in compiled if not line.endswith("-inductor]")] == eager
