@@ -137,14 +137,24 @@ def _drawer(data: st.DataObject) -> Callable[..., Any]:
     that bookkeeping costs more than drawing; outside Hypothesis' final replay of a failing
     example (and its verbose mode) it prints nothing, so there the draws go to the choice
     sequence directly: the same values in the same order, so the same examples.
+
+    The function also carries the choice sequence's own ``draw_integer`` (where this Hypothesis
+    has one), which the recipe kit uses for what ``st.integers`` over a small range and
+    ``st.sampled_from`` draw: the same choices, in both readings, without a strategy's
+    bookkeeping around each.
     """
     conjecture = getattr(data, "conjecture_data", None)
-    if conjecture is None or _should_note is None or _should_note():
+    if conjecture is None:
         return data.draw
+    if _should_note is None or _should_note():
+        def draw(strategy: Any, label: Any = None) -> Any:
+            return data.draw(strategy, label=label)
+    else:
+        def draw(strategy: Any, label: Any = None) -> Any:
+            return conjecture.draw(strategy)
 
-    def draw(strategy: Any, label: Any = None) -> Any:
-        return conjecture.draw(strategy)
-
+    if callable(getattr(conjecture, "draw_integer", None)):
+        draw.draw_integer = conjecture.draw_integer  # type: ignore[attr-defined]
     return draw
 
 

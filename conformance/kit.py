@@ -90,8 +90,9 @@ class StableDraws:
         self._rng = random.Random(seed)
         self._memo: dict[tuple[Any, ...], tuple[str, Any]] = {}
 
-    def draw(self, key: tuple[Any, ...], strategy: Any, options: Sequence[Any], draw: Callable[[Any], Any]) -> Any:
-        drawn = draw(strategy)
+    def draw(self, key: tuple[Any, ...], take: Callable[[], Any], options: Sequence[Any]) -> Any:
+        """The class value at ``key``; ``take()`` makes Hypothesis's draw all the same."""
+        drawn = take()
         spelled = repr(list(options))
         kept = self._memo.get(key)
         if kept is None:
@@ -171,6 +172,10 @@ class Example:
         self.kwargs: dict[str, Any] = {}
         self.unreachable: str | None = None
         self._stable = _STABLE.get()
+        # The choice sequence's own integer draw, where the draw function offers it (the
+        # harness's does): what st.integers and st.sampled_from draw, without a strategy's
+        # bookkeeping around each draw, which costs several times the draw.
+        self._draw_integer: Callable[[int, int], int] | None = getattr(draw, "draw_integer", None)
         self._class_draws = 0
         self._class_key = tuple(sorted((k, repr(v)) for k, v in self.case.items() if k != "form"))
         if "form" in self.case:
@@ -195,16 +200,33 @@ class Example:
     def large(self) -> bool:
         return self.limits.name == "large"
 
-    def _class_draw(self, strategy: Any, options: Sequence[Any]) -> Any:
+    def _int(self, lo: int, hi: int) -> int:
+        """``st.integers(lo, hi)``'s draw: the same choice, straight from the choice sequence
+        where the range is small (above 127 values the strategy weights the bounds)."""
+        if self._draw_integer is not None and hi - lo <= 127:
+            return self._draw_integer(lo, hi)
+        return self.draw(st.integers(lo, hi))
+
+    def _pick(self, options: Sequence[Any]) -> Any:
+        """``st.sampled_from(options)``'s draw: an index from the choice sequence (none for a
+        single option, which the strategy takes as given)."""
+        if len(options) == 1:
+            return options[0]
+        if self._draw_integer is not None and options:
+            return options[self._draw_integer(0, len(options) - 1)]
+        return self.draw(st.sampled_from(options))
+
+    def _class_draw(self, take: Callable[[], Any], options: Sequence[Any]) -> Any:
         """A draw that decides the example's shape class (one value per compiled case)."""
         if self._stable is None:
-            return self.draw(strategy)
+            return take()
         self._class_draws += 1
-        return self._stable.draw((self._class_key, self._class_draws), strategy, options, self.draw)
+        return self._stable.draw((self._class_key, self._class_draws), take, options)
 
     def integer(self, lo: int, hi: int) -> int:
         """A drawn int in ``[lo, hi]`` (shrinks to ``lo``)."""
-        return self._class_draw(st.integers(lo, max(lo, hi)), range(lo, max(lo, hi) + 1))
+        hi = max(lo, hi)
+        return self._class_draw(lambda: self._int(lo, hi), range(lo, hi + 1))
 
     def side(self, lo: int = 1, hi: int | None = None) -> int:
         """A dimension length; defaults to the scale's ``max_side``."""
@@ -212,7 +234,8 @@ class Example:
 
     def choice(self, options: Sequence[Any]) -> Any:
         """One of ``options``; shrinks towards the first."""
-        return self._class_draw(st.sampled_from(list(options)), list(options))
+        options = list(options)
+        return self._class_draw(lambda: self._pick(options), options)
 
     def kwarg(self, name: str, options: Sequence[Any]) -> Any:
         """The case's value for ``name`` if the entry fixes it, else a drawn one. Recorded for ``describe``."""
@@ -231,7 +254,8 @@ class Example:
             classes = tuple(c for c in classes if c in ("floating", "complex")) or ("floating",)
         excluded = tuple(exclude) + (tuple(exclude_on_cpu) if self.device.type == "cpu" else ())
         strategy = float_dtypes(classes, device=self.device, exclude=excluded)
-        return self._class_draw(strategy, strategy.elements)
+        options = list(strategy.elements)
+        return self._class_draw(lambda: self._pick(options), options)
 
     def spatial(self, n: int, *, mins: Sequence[int] | int = 1, budget: int | None = None) -> tuple[int, ...]:
         """``n`` sides, each at least its minimum, with about ``budget`` elements at most."""
@@ -289,7 +313,7 @@ class Example:
             shape = (shape,)
         shape = tuple(int(s) for s in shape)
         # The duplicate share exposes nondeterminism and changes no guard: drawn afresh every example.
-        share = 0.0 if unique else (self.draw(st.sampled_from(DUPLICATE_SHARES)) if duplicates is None else duplicates)
+        share = 0.0 if unique else (self._pick(DUPLICATE_SHARES) if duplicates is None else duplicates)
         seed = self.draw(seeds())
         t = build_indices(shape, size, seed, duplicates=share, unique=unique, device=self.device, dtype=dtype)
         if t.numel() == 0:

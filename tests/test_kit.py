@@ -90,3 +90,50 @@ def test_under_compile_each_documented_condition_keeps_a_class_of_its_own():
     # Eager (no stable draws): every draw is Hypothesis's own.
     drawn = Example(lambda strategy: "hypothesis", ENTRY, {"form": "method"}, torch.device("cpu"))
     assert drawn.choice(("a", "b")) == "hypothesis"
+
+
+def test_the_kits_quick_draws_take_the_choices_the_strategies_would():
+    # The kit draws small integer ranges and options straight from the choice sequence where the
+    # draw function offers it: the same values from the same choices as st.integers and
+    # st.sampled_from, so the examples do not change with the path, and Hypothesis's replay
+    # of a failing example (which draws through data.draw) reads them back the same.
+    from hypothesis.internal.conjecture.data import ConjectureData
+
+    def values(ex):
+        return (ex.integer(1, 9), ex.choice(("a", "b", "c")), ex.side(2, 6), ex.dtype(("floating", "complex")),
+                ex.kwarg("mode", ("sum", "mean")), ex.integer(0, 5000), ex.choice(("only",)),
+                ex.tensor("x", (2,), torch.float32, contiguous=None).stride())
+
+    choices = [7, 2, 3, 4, 1, 4321, 0, 1, 99]
+    plain = ConjectureData.for_choices(choices)
+    quick = ConjectureData.for_choices(choices)
+
+    def with_primitive(strategy, label=None):
+        return quick.draw(strategy)
+
+    with_primitive.draw_integer = quick.draw_integer
+    slow_ex = Example(plain.draw, ENTRY, {}, torch.device("cpu"))
+    quick_ex = Example(with_primitive, ENTRY, {}, torch.device("cpu"))
+    assert quick_ex._draw_integer is not None and slow_ex._draw_integer is None
+    assert values(quick_ex) == values(slow_ex)
+    assert slow_ex.lines == quick_ex.lines  # the same seeds: the reproducer rebuilds the same tensors
+    assert len(quick.choices) == len(plain.choices)
+    # Not only the values: each choice is drawn with the strategy's own constraints (range, weights).
+    assert [(n.type, n.value, n.constraints) for n in quick.nodes] == [(n.type, n.value, n.constraints) for n in plain.nodes]
+
+
+def test_the_harness_hands_recipes_the_quick_draw_in_both_readings():
+    from hypothesis import given, settings, strategies as st
+
+    from conformance import harness
+
+    seen = []
+
+    @settings(max_examples=3, database=None, derandomize=True)
+    @given(st.data())
+    def probe(data):
+        draw = harness._drawer(data)
+        seen.append(callable(getattr(draw, "draw_integer", None)) and draw(st.integers(0, 3)) in range(4))
+
+    probe()
+    assert seen and all(seen)
