@@ -121,6 +121,14 @@ class DispatchTrace(TorchDispatchMode):
         self._counts: Counter = Counter()
         self.failure: OpFailure | None = None
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ in a Dynamo "disable" (two eval-frame switches
+        # per dispatched operator) unless the class says no. This mode never runs under
+        # torch.compile (compiled runs read reach from their graphs), so the wrapper would be
+        # pure cost on every operator of every traced run.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self._counts[func] += 1
         kwargs = kwargs or {}

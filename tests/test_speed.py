@@ -49,6 +49,14 @@ def test_direct_draw_skips_the_per_draw_bookkeeping():
     explore()
 
 
+def _goes_through_data_draw(data) -> bool:
+    """Does the harness's draw function number its draws as ``data.draw`` does (for the report)?"""
+    draw = harness._drawer(data)
+    before = data.count
+    draw(st.integers(0, 3))
+    return data.count == before + 1
+
+
 def test_data_draw_where_hypothesis_prints_draws(monkeypatch):
     # The final replay of a failing example (and verbose mode) notes every draw: keep data.draw there.
     monkeypatch.setattr(harness, "_should_note", lambda: True)
@@ -56,7 +64,8 @@ def test_data_draw_where_hypothesis_prints_draws(monkeypatch):
     @settings(max_examples=1, database=None, deadline=None)
     @given(st.data())
     def explore(data):
-        assert harness._drawer(data) == data.draw
+        assert _goes_through_data_draw(data)
+        assert harness._drawer(data).draw_integer == data.conjecture_data.draw_integer  # the kit's quick draw
 
     explore()
 
@@ -67,9 +76,33 @@ def test_data_draw_when_hypothesis_lacks_the_hook(monkeypatch):
     @settings(max_examples=1, database=None, deadline=None)
     @given(st.data())
     def explore(data):
-        assert harness._drawer(data) == data.draw
+        assert _goes_through_data_draw(data)
 
     explore()
+
+
+def test_the_dispatch_trace_is_not_wrapped_in_a_dynamo_disable_per_operator():
+    # torch wraps a dispatch mode's __torch_dispatch__ in torch._disable_dynamo unless the mode
+    # opts out; the trace never runs under torch.compile, so it opts out (the wrapper doubled
+    # the trace's cost per dispatched operator).
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from engine.trace import DispatchTrace
+
+    class Plain(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def wrapped(mode) -> bool:  # torch._disable_dynamo's wrapper keeps the function as __wrapped__
+        return hasattr(mode.__dict__["__torch_dispatch__"], "__wrapped__")
+
+    if not wrapped(Plain):
+        pytest.skip(f"torch {torch.__version__} does not wrap dispatch modes")
+    assert not wrapped(DispatchTrace)
+    with DispatchTrace() as trace:
+        torch.ones(3).add(1)
+    assert trace.ops == {"aten.ones.default": 1, "aten.add.Tensor": 1}
 
 
 def test_a_failing_example_still_reports_its_draws():
