@@ -194,6 +194,24 @@ def test_png_is_valid_and_stable(tmp_path):
     assert data == (tmp_path / "b" / "matrix.png").read_bytes()
 
 
+def test_the_png_draws_its_labels_unhinted_and_leaves_matplotlibs_settings_alone(tmp_path, monkeypatch):
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    seen = []
+    real = Figure.savefig
+
+    def watching(self, *args, **kwargs):
+        seen.append((matplotlib.rcParams["text.hinting"], matplotlib.rcParams["text.hinting_factor"]))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", watching)
+    before = dict(matplotlib.rcParams)
+    build([small_run(tmp_path)], tmp_path / "out")
+    assert seen == [("none", 1)]
+    assert dict(matplotlib.rcParams) == before
+
+
 def test_png_height_grows_with_entries_and_is_capped(tmp_path):
     def png_height(n_entries, out):
         records = [header()] + [row(f"op_{i}", position=i) for i in range(n_entries)]
