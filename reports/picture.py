@@ -19,9 +19,9 @@ def draw(spec: dict, path: str) -> None:
     # A bare Figure (no pyplot) renders with Agg and leaves the process's backend alone.
     import matplotlib
 
-    # Unhinted glyphs: the labels are most of the drawing's cost, and FreeType's hinting (at
-    # matplotlib's 8x horizontal hinting factor) about a quarter of it, for no gain at this size.
-    with matplotlib.rc_context({"text.hinting": "none", "text.hinting_factor": 1}):
+    # Unhinted glyphs: the labels are most of the drawing's cost, and FreeType's hinting about a
+    # quarter of it, for no gain at this size.
+    with matplotlib.rc_context({"text.hinting": "none"}):
         _draw(spec, path)
 
 
