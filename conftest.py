@@ -493,11 +493,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "conformance_case" in metafunc.fixturenames:
-        cases = _plan(metafunc.config)
-        if any(c.compile != "eager" for c in cases):
-            from conformance.plan import heaviest_first
+        from conformance.plan import heaviest_first
 
-            cases = heaviest_first(cases)
+        cases = heaviest_first(_plan(metafunc.config))  # an eager-only plan keeps its order
         params = [pytest.param(c, marks=_compile_group(c), id=c.id) for c in cases]
         metafunc.parametrize("conformance_case", params)
 
