@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from conformance import profiles
-from detconf.vocabulary import DEFAULT_COMPILE, DEFAULT_MODES, SCHEMA_VERSION
+from detconf.vocabulary import DEFAULT_COMPILE, DEFAULT_MODES, REPORT_FILES, SCHEMA_VERSION
 
 #: The suite's root: the checkout, or the folder the packages are installed in (``pip install .``).
 ROOT = Path(profiles.__file__).resolve().parent.parent
@@ -697,10 +697,6 @@ def _report_dir_problem(out: Path) -> str | None:
     """Why the matrix must not be written into ``out`` (None: it may). The folder is the
     builder's own: it may be absent or hold only files the builder writes."""
     try:
-        from reports.build import OUTPUT_FILES
-    except ImportError:  # pragma: no cover - the builder's list, as of this writing
-        OUTPUT_FILES = ("matrix.csv", "results.csv", "matrix.md", "matrix.html", "matrix.png", "summary.json")
-    try:
         info = os.lstat(out)
     except FileNotFoundError:
         return None
@@ -711,7 +707,7 @@ def _report_dir_problem(out: Path) -> str | None:
     if not stat.S_ISDIR(info.st_mode):
         return f"{out} exists and is not a folder"
     foreign = sorted(name for name in os.listdir(out)
-                     if name not in OUTPUT_FILES or os.path.islink(out / name) or not os.path.isfile(out / name))
+                     if name not in REPORT_FILES or os.path.islink(out / name) or not os.path.isfile(out / name))
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         return f"{out} holds files the report builder did not write ({shown}); move them or give another --results"
@@ -740,6 +736,8 @@ class ResultsWriter:
         self.write_error: str | None = None
         self.session: pytest.Session | None = None
         self.ended = False
+        self.standby: Standby | None = None  # the end-of-run report builder, warming up meanwhile
+        self.standby_answered = False
 
     # -- the file
     def open(self, planned: list) -> None:
@@ -855,6 +853,8 @@ class ResultsWriter:
     # -- hooks
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
+        if not (self.config.getoption("--no-report-build") or self.config.option.collectonly):
+            self.standby = Standby.start()
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.set_planned([item.nodeid for item in session.items])
@@ -898,6 +898,9 @@ class ResultsWriter:
             self._failed(exc)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.standby is not None:
+            self.standby.stop()
+            self.standby = None
         if self.fd is not None:
             os.close(self.fd)  # releases the lock
             self.fd = None
@@ -922,9 +925,7 @@ class ResultsWriter:
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         if not self.written and not self.planned and not self.write_error:
             return
-        from reports.load import ResultsError
         from reports.safe import terminal
-        from reports.summary import summary_lines
 
         tr = terminalreporter
         tr.section("detconf conformance")
@@ -939,35 +940,91 @@ class ResultsWriter:
             tr.write_line(terminal(f"results incomplete: {self.write_error}"), red=True)
         if self.missing():
             tr.write_line(f"incomplete: {self.missing()} of {self.planned} planned cases have no row", red=True)
-        if self.written:
-            with tempfile.TemporaryDirectory(prefix="detconf-summary-") as tmp:
-                this_run = Path(tmp) / self.path.name
-                this_run.write_text("".join(mine), encoding="utf-8")
-                try:
-                    lines = summary_lines(this_run)
-                except ResultsError as exc:  # the rows are on disk; say why they could not be summarised
-                    lines = [f"summary unavailable: {exc}", ", ".join(f"{v} {n}" for v, n in sorted(self.counts.items()))]
-            for line in lines:
-                tr.write_line(terminal(line))
-        if config.getoption("--no-report-build") or not self.written:
+        if not self.written:
             return
         out_dir = report_dir(self.path)
-        problem = _report_dir_problem(out_dir)
+        problem = None if config.getoption("--no-report-build") else _report_dir_problem(out_dir)
+        building = not config.getoption("--no-report-build") and problem is None
+        with tempfile.TemporaryDirectory(prefix="detconf-summary-") as tmp:
+            this_run = Path(tmp) / self.path.name
+            this_run.write_text("".join(mine), encoding="utf-8")
+            reply = self._report(this_run, out_dir if building else None)
+        if "lines" in reply:
+            lines = reply["lines"]
+        else:  # the rows are on disk; say why they could not be summarised
+            lines = [f"summary unavailable: {reply['summary_error']}",
+                     ", ".join(f"{v} {n}" for v, n in sorted(self.counts.items()))]
+        for line in lines:
+            tr.write_line(terminal(line))
         if problem:
             tr.write_line(terminal(f"matrix not built: {problem}"), yellow=True)
-            return
-        try:
-            self._build(out_dir)
-        except Exception as exc:  # noqa: BLE001 - the results file is complete; say why the matrix is not
-            tr.write_line(terminal(_one_line(f"matrix build failed: {type(exc).__name__}: {exc}")))
-        else:
+        elif "build_error" in reply:
+            tr.write_line(terminal(_one_line(f"matrix build failed: {reply['build_error']}")))
+        elif reply.get("built"):
             tr.write_line(terminal(f"matrix: {out_dir / 'matrix.md'} (+ matrix.csv, matrix.html, matrix.png, "
                                    "summary.json; every run in the file, a later row wins)"))
 
-    def _build(self, out_dir: Path) -> None:
-        from reports.build import build
+    def _report(self, this_run: Path, out_dir: Path | None) -> dict:
+        """The summary lines of ``this_run`` and, given ``out_dir``, the matrix of the whole file
+        built there: by the standby builder (warm by now), or here when it is not running or
+        does not answer. The reply's fields are those of :func:`reports.standby.handle`."""
+        request = {"summary": str(this_run)}
+        if out_dir is not None:
+            request["build"] = {"paths": [str(self.path)], "out": str(out_dir)}
+        standby, self.standby = self.standby, None
+        reply = standby.ask(request) if standby is not None else None
+        if reply is not None:
+            self.standby_answered = True
+            return reply
+        from reports.standby import handle
 
-        build([self.path], out_dir)
+        return handle(request)
+
+
+class Standby:
+    """The end-of-run report builder (:mod:`reports.standby`) in a process of its own, started
+    with the session so that its imports overlap the tests; one request, one reply."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+
+    @classmethod
+    def start(cls) -> "Standby | None":
+        code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+                "from reports.standby import main\nsys.exit(main())\n")
+        try:
+            proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, encoding="utf-8")
+        except OSError:
+            return None  # the build runs in this process instead
+        return cls(proc)
+
+    def ask(self, request: dict) -> dict | None:
+        """The reply, or None when the builder died or answered nonsense (the caller builds)."""
+        try:
+            out, _ = self.proc.communicate(json.dumps(request) + "\n")
+        except (OSError, ValueError):
+            self.stop()
+            return None
+        lines = out.strip().splitlines()
+        try:
+            reply = json.loads(lines[-1]) if self.proc.returncode == 0 and lines else None
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict) or not ({"lines", "summary_error"} & reply.keys()):
+            return None
+        if "build" in request and not ({"built", "build_error"} & reply.keys()):
+            return None
+        return reply
+
+    def stop(self) -> None:
+        """End it without a request (it has nothing to do): at once, whatever it is loading."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.communicate(timeout=10)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
 
 
 def _planned_fields(cases: list) -> dict:

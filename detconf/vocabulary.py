@@ -6,6 +6,9 @@ here. ``docs/results-schema.md`` lists the same words; a test keeps the two equa
 """
 from __future__ import annotations
 
+#: The files of an end-of-run report folder (``reports.build``); the folder holds nothing else.
+REPORT_FILES = ("matrix.csv", "results.csv", "matrix.md", "matrix.html", "matrix.png", "summary.json")
+
 #: Version of the results-file format (docs/results-schema.md).
 SCHEMA_VERSION = 3
 #: Older schema versions readers still take (1: rows without phase or reach; 2: rows without

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas only where a frame is made safe: the plugin's terminal lines need none of it
+    import pandas as pd
 
 __all__ = ["csv_arrow", "csv_cell", "csv_column", "csv_frame", "csv_table", "csv_text", "md_cell", "md_frame",
            "one_line", "terminal"]
@@ -122,6 +123,8 @@ def holds_any(values, chars: bytes) -> bool:
 
 def csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with every text cell passed through :func:`csv_cell`."""
+    import pandas as pd
+
     out = frame.copy()
     for column in out.columns:
         if out[column].dtype == object or pd.api.types.is_string_dtype(out[column]):

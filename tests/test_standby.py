@@ -1,0 +1,156 @@
+"""The end-of-run report builder that warms up while the tests run (reports.standby): it answers
+as the in-process build would, and the run builds the matrix itself when it cannot answer."""
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reports import standby
+from reports.build import build
+from reports.summary import summary_lines
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "reports" / "published" / "torch-2.13.0" / "cpu" / "results.jsonl"
+SUBSET = "put_ or index_copy"
+
+
+def _serve(request_text: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = standby.serve(io.StringIO(request_text), out)
+    return code, out.getvalue()
+
+
+def _results(tmp_path: Path) -> Path:
+    """A small results file: the first rows of the published CPU table."""
+    lines = EXAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(lines[:40]), encoding="utf-8")
+    return path
+
+
+def test_a_request_is_answered_as_the_in_process_build_would(tmp_path):
+    results = _results(tmp_path)
+    request = {"summary": str(results), "build": {"paths": [str(results)], "out": str(tmp_path / "standby")}}
+    code, out = _serve(json.dumps(request) + "\n")
+    assert code == 0
+    reply = json.loads(out)
+    assert reply == {"lines": summary_lines(results), "built": True}
+    build([results], tmp_path / "direct")
+    for name in ("matrix.csv", "matrix.md", "results.csv", "summary.json"):
+        assert (tmp_path / "standby" / name).read_bytes() == (tmp_path / "direct" / name).read_bytes(), name
+    assert (tmp_path / "standby" / "matrix.png").stat().st_size > 0
+
+
+def test_bad_results_are_an_answer_naming_the_problem(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"record": "result", "schema": 99}\n', encoding="utf-8")
+    request = {"summary": str(bad), "build": {"paths": [str(bad)], "out": str(tmp_path / "out")}}
+    reply = json.loads(_serve(json.dumps(request) + "\n")[1])
+    assert "summary_error" in reply and "lines" not in reply
+    assert reply["build_error"].startswith("ResultsError: ") and "bad.jsonl" in reply["build_error"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_end_of_input_is_a_quiet_exit():
+    assert _serve("") == (0, "")
+
+
+def test_a_started_standby_that_is_not_asked_exits_without_building(tmp_path):
+    # As the plugin starts it (its own process, this checkout first on the path).
+    code = f"import sys; sys.path.insert(0, {str(ROOT)!r})\nfrom reports.standby import main\nsys.exit(main())\n"
+    out = subprocess.run([sys.executable, "-c", code], input="", capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- in a run -----------------------------------------------------------------------------------
+
+PROBE = '''
+import sys
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    writer = session.config.pluginmanager.get_plugin("detconf-results")
+    if writer is not None and writer.standby is not None and "{kill}" == "kill":
+        writer.standby.proc.kill()  # planted: the builder dies before the end of the run
+        writer.standby.proc.wait()
+
+
+def pytest_unconfigure(config):
+    writer = config.pluginmanager.get_plugin("detconf-results")
+    with open("{out}", "w") as f:
+        f.write(repr({{"answered": writer.standby_answered if writer else None,
+                       "pandas": "pandas" in sys.modules, "matplotlib": "matplotlib" in sys.modules}}))
+'''
+
+
+def _run(tmp_path: Path, *args: str, kill: bool = False) -> tuple[subprocess.CompletedProcess, dict]:
+    seen = tmp_path / "seen.txt"
+    (tmp_path / "standby_probe.py").write_text(PROBE.format(kill="kill" if kill else "keep", out=seen),
+                                               encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "-p", "standby_probe",
+           "--source", "torch-docs", "--device", "cpu", "--mode", "error", "-n", "0", "-k", SUBSET,
+           "--results", str(tmp_path / "out" / "results.jsonl"), *args]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    import ast
+
+    return out, ast.literal_eval(seen.read_text(encoding="utf-8"))
+
+
+def _matrix_written(tmp_path: Path, out: subprocess.CompletedProcess) -> None:
+    folder = tmp_path / "out" / "results-report"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["matrix.csv", "results.csv", "matrix.md", "matrix.html", "matrix.png", "summary.json"])
+    assert f"matrix: {folder / 'matrix.md'}" in out.stdout
+    assert "put_(accumulate=False)" in (folder / "matrix.md").read_text(encoding="utf-8")
+    assert "cpu/error: conforms" in out.stdout  # the summary lines
+
+
+def test_the_run_hands_its_report_to_the_standby_and_loads_no_report_library(tmp_path):
+    out, seen = _run(tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    _matrix_written(tmp_path, out)
+    assert seen == {"answered": True, "pandas": False, "matplotlib": False}
+
+
+def test_when_the_standby_died_the_run_builds_the_matrix_itself(tmp_path):
+    out, seen = _run(tmp_path, kill=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    _matrix_written(tmp_path, out)
+    assert seen["answered"] is False and seen["pandas"] is True  # built here, with the same files
+
+
+@pytest.mark.parametrize("option,standby", [("--no-report-build", "False"), ("--collect-only", "None")])
+def test_no_standby_where_nothing_will_be_built(tmp_path, option, standby):
+    # None: a collect-only run writes no results at all (no writer, no standby).
+    probe = tmp_path / "started.txt"
+    (tmp_path / "noprobe.py").write_text(
+        "def pytest_sessionfinish(session):\n"
+        "    w = session.config.pluginmanager.get_plugin('detconf-results')\n"
+        f"    open({str(probe)!r}, 'w').write(repr(w.standby is not None if w else None))\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "-p", "noprobe",
+                          "--source", "torch-docs", "--device", "cpu", "--mode", "error", "-n", "0", "-k", "put_",
+                          "--results", str(tmp_path / "r.jsonl"), option],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert probe.read_text() == standby
+    assert not (tmp_path / "r-report").exists()
+
+
+def test_the_report_modules_the_plugin_imports_need_no_pandas():
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+            "import reports.safe, reports.standby, detconf.vocabulary\n"
+            "print(sorted(m for m in ('pandas', 'pyarrow', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stderr
