@@ -38,7 +38,7 @@ from conformance.plan import Case
 from detconf.vocabulary import MODE_CALLS, SCHEMA_VERSION
 from engine import checks, fleet, program, verdict
 from engine.compiled import Compiler, compile_unavailable
-from engine.determinism import GlobalState, capture_state, restore_state
+from engine.determinism import GlobalState, capture_state, preserved_rng, restore_state
 from engine.devices import Backend
 from engine.observation import Observation
 from engine.runner import RunOutcome, backend_gap, compare_values, eager_reach, missing_kernel, run_program, run_values
@@ -169,16 +169,19 @@ def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
                compiler: Compiler | None = None, peer: Backend | None = None) -> Record:
     recipe = program.recipe_for(case.entry.op)
     targets = _targets(case, kwargs)
-    building = DispatchTrace()  # names the operator when a device cannot build the example
+    # Off the CPU, a trace names the operator when the device cannot build the example (on the
+    # CPU a failure to build is the recipe's own: nothing to name, and tracing would cost every
+    # operator of the build a trip through Python).
+    building = DispatchTrace() if backend.name != "cpu" else None
     try:
-        with building:
+        with building if building is not None else contextlib.nullcontext():
             prog = recipe(_drawer(data), case.entry, kwargs, backend.torch_device())
     except program.RecipeSkipped as skip:
         return _judged(case, expected, Observation(skipped=str(skip)), _skip_detail(skip))
     except (hypothesis.errors.UnsatisfiedAssumption, hypothesis.errors.StopTest):
         raise
     except Exception as exc:  # noqa: BLE001 - a recipe that cannot build its example is our bug...
-        gap = backend_gap(exc, building.failure)
+        gap = backend_gap(exc, building.failure if building is not None else None)
         if gap is not None:  # ...unless the device lacks an operator the same call has on the CPU
             return _judged(case, expected, Observation(runs=runs, unsupported=f"building the example: {gap}",
                                                        case=kwargs, targets=list(targets) if targets else None))
@@ -342,7 +345,9 @@ def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: s
     ``harness-error`` naming what changed, and the setting is put back before the next case.
     """
     before = capture_state()
-    with backend.active():
+    # One guard for the generators of ``random`` and NumPy around the whole case: the runner's
+    # guards inside it then keep to torch's generators (see preserved_global_state).
+    with backend.active(), preserved_rng():
         row = _judge(case, backend, runs=runs, hypothesis_settings=hypothesis_settings)
     return _check_no_leak(case, row, before)
 

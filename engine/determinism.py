@@ -9,7 +9,9 @@
 - the cuDNN flags ``deterministic`` and ``benchmark``;
 - Inductor's ``deterministic`` setting;
 - the environment variables the suite or torch may set (:data:`GUARDED_ENV_VARS`);
-- with ``rng=True``, the torch (CPU and CUDA), ``random`` and NumPy generator states.
+- with ``rng=True``, the torch (CPU and CUDA), ``random`` and NumPy generator states (inside
+  :func:`preserved_rng`, which the harness opens once per case, torch's alone: the enclosing
+  block puts ``random`` and NumPy back).
 
 The runner and the checks use this same guard. It reads and writes the flags
 through ``torch._C`` where it can, so that a check whose public API is broken
@@ -21,6 +23,7 @@ import contextlib
 import os
 import random
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -29,7 +32,7 @@ import torch
 from detconf.vocabulary import DETERMINISTIC_MODES, MODES
 
 __all__ = ["GUARDED_ENV_VARS", "GlobalState", "apply_mode", "capture_state", "current_state", "deterministic_mode",
-           "mode_is_on", "preserved_global_state", "restore_state"]
+           "mode_is_on", "preserved_global_state", "preserved_rng", "restore_state"]
 
 # Environment variables the suite (CUBLAS_WORKSPACE_CONFIG, per the reproducibility
 # notes) or torch itself (see torch/_inductor/fx_passes/numeric_utils.py) may set.
@@ -93,7 +96,18 @@ class GlobalState:
     as_dict = summary
 
 
-def capture_state(*, rng: bool = False) -> GlobalState:
+class _RngGuards(threading.local):
+    """How many :func:`preserved_rng` blocks are open in this thread."""
+
+    depth = 0
+
+
+_RNG_GUARDS = _RngGuards()
+
+
+def capture_state(*, rng: bool = False, python_rng: bool = True) -> GlobalState:
+    """Snapshot the guarded settings; with ``rng``, the torch (and CUDA) generator states, and
+    with ``python_rng`` as well, those of ``random`` and NumPy."""
     inductor = _inductor_config()
     state = GlobalState(
         deterministic=bool(torch._C._get_deterministic_algorithms()),
@@ -107,10 +121,12 @@ def capture_state(*, rng: bool = False) -> GlobalState:
     )
     if rng:
         state.rng["torch"] = torch.default_generator.get_state()
+    if rng and python_rng:
         state.rng["random"] = random.getstate()
         numpy = sys.modules.get("numpy")
         if numpy is not None:
             state.rng["numpy"] = numpy.random.get_state()
+    if rng:
         if torch.cuda.is_available():
             # Initialise CUDA now: a seed queued lazily for an uninitialised CUDA
             # would otherwise land in its generators after we restored ours.
@@ -159,19 +175,25 @@ def restore_state(state: GlobalState) -> None:
     torch._C._set_deterministic_algorithms(state.deterministic, warn_only=state.warn_only)
     if state.fill_uninitialized_memory is not None:
         _set_fill(state.fill_uninitialized_memory)
-    set_cudnn(deterministic=state.cudnn_deterministic, benchmark=state.cudnn_benchmark)
+    if (bool(torch.backends.cudnn.deterministic), bool(torch.backends.cudnn.benchmark)) != \
+            (state.cudnn_deterministic, state.cudnn_benchmark):
+        set_cudnn(deterministic=state.cudnn_deterministic, benchmark=state.cudnn_benchmark)
     inductor = _inductor_config()
     if inductor is not None:
         if state.inductor_deterministic is _MISSING:
             if hasattr(inductor, "deterministic"):
                 inductor.deterministic = os.getenv("TORCHINDUCTOR_DETERMINISTIC") == "1"
-        else:
+        elif getattr(inductor, "deterministic", _MISSING) is not state.inductor_deterministic:
             inductor.deterministic = state.inductor_deterministic
     for name, value in state.env.items():
         if value is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+    _restore_rng(state)
+
+
+def _restore_rng(state: GlobalState) -> None:
     if "torch" in state.rng:
         torch.default_generator.set_state(state.rng["torch"])
     if "random" in state.rng:
@@ -185,12 +207,31 @@ def restore_state(state: GlobalState) -> None:
 @contextlib.contextmanager
 def preserved_global_state(*, rng: bool = False) -> Iterator[GlobalState]:
     """Snapshot every guarded setting (and, with ``rng=True``, the generator states);
-    restore them on exit, exception or not."""
-    saved = capture_state(rng=rng)
+    restore them on exit, exception or not.
+
+    Inside :func:`preserved_rng` (the harness opens one around each case) ``random`` and
+    NumPy are left to it: it puts them back when it closes (copying NumPy's legacy state costs
+    about 40 µs each way, and no torch operator reads either). torch's own generators, which
+    operators do read, are snapshotted and restored by every guard."""
+    saved = capture_state(rng=rng, python_rng=not _RNG_GUARDS.depth)
     try:
         yield saved
     finally:
         restore_state(saved)
+
+
+@contextlib.contextmanager
+def preserved_rng() -> Iterator[None]:
+    """Snapshot the generator states alone (torch's, CUDA's, ``random``'s and NumPy's) and put
+    them back on exit. The :func:`preserved_global_state` guards opened inside it leave
+    ``random`` and NumPy to it; global settings are not its business."""
+    saved = capture_state(rng=True)
+    _RNG_GUARDS.depth += 1
+    try:
+        yield
+    finally:
+        _RNG_GUARDS.depth -= 1
+        _restore_rng(saved)
 
 
 def apply_mode(mode: str) -> None:

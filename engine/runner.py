@@ -13,6 +13,7 @@ the promise, not numerical closeness.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -131,11 +132,21 @@ def _fresh_inputs(program: Program) -> dict[str, torch.Tensor]:
 
 
 def _seeded_like(t: torch.Tensor, index: int) -> torch.Tensor:
+    """The gradient fed to output ``index``: standard normal values from a fixed seed, made in
+    float64 on the CPU and converted (a fresh tensor each call: a backward may not keep it)."""
+    g = _seeded_values(tuple(t.shape), index, t.is_complex())
+    return g.to(dtype=t.dtype, device=t.device, copy=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _seeded_values(shape: tuple[int, ...], index: int, complex_: bool) -> torch.Tensor:
+    """Cached per shape: every run of an example feeds the same values (never handed out: the
+    caller copies)."""
     gen = torch.Generator(device="cpu").manual_seed(GRAD_SEED + index)
-    g = torch.randn(t.shape, generator=gen, dtype=torch.float64)
-    if t.is_complex():
-        g = torch.complex(g, torch.randn(t.shape, generator=gen, dtype=torch.float64))
-    return g.to(dtype=t.dtype, device=t.device)
+    g = torch.randn(shape, generator=gen, dtype=torch.float64)
+    if complex_:
+        g = torch.complex(g, torch.randn(shape, generator=gen, dtype=torch.float64))
+    return g
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -246,6 +257,11 @@ def _stderr_lines(capture: bool):
                 sys.stderr.write(text)
 
 
+def _off_cpu(program: Program) -> bool:
+    """Does any input of ``program`` live on a device other than the CPU?"""
+    return any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in program.inputs.values())
+
+
 def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | None = None,
               phase: str = "program", trace: bool = True, fn: Callable[..., Any] | None = None,
               compiler: Compiler | None = None) -> RunRecord:
@@ -258,7 +274,9 @@ def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | 
     tracer = DispatchTrace() if trace and compiler is None else None
     # The harness's own copies (fresh inputs, outputs to the CPU) are traced apart from the
     # program: they are not reach, but a device that cannot copy is named like any other gap.
-    helper = DispatchTrace() if trace and compiler is None else None
+    # On the CPU there is no other device to name, and the trace would cost every copy a trip
+    # through Python.
+    helper = DispatchTrace() if trace and compiler is None and _off_cpu(program) else None
     where = "forward"
     call = fn or program.fn
     watch = compiler.run() if compiler is not None else contextlib.nullcontext()
@@ -539,6 +557,11 @@ def compare_values(actual: list[tuple[str, torch.Tensor]], reference: list[tuple
             return f"{label}: shape {tuple(a.shape)} vs {tuple(b.shape)}"
         if a.dtype != b.dtype:
             return f"{label}: dtype {a.dtype} vs {b.dtype}"
+        try:
+            if torch.equal(a, b):  # the same values (the common case): within any tolerance
+                continue
+        except RuntimeError:  # a dtype without an equality kernel in this torch: compare below
+            pass
         if a.is_floating_point() and a.element_size() == 1:  # float8: few kernels, compare as float32
             a, b = a.float(), b.float()
         if a.is_floating_point() or a.is_complex():

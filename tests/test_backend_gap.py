@@ -10,6 +10,7 @@ real cases on ``--device opencl``.
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,9 @@ from tests.planted import planted_entry
 ROOT = Path(__file__).resolve().parents[1]
 FAST = settings(max_examples=3, derandomize=True, database=None, deadline=None)
 CPU = devices.backends()["cpu"]
+#: A device of its own name whose tensors are CPU tensors: with the ``fakedev`` fixture, the
+#: harness treats it as any device other than the CPU (it traces the building of examples).
+FAKEDEV = replace(CPU, name="fakedev", torch_device_for=lambda index: torch.device("cpu"))
 
 _LIB = torch.library.Library("detconf_gap_test", "DEF")
 _LIB.define("no_offset(Tensor x) -> Tensor")
@@ -188,7 +192,7 @@ def _bad_call_while_building(draw, entry, case, device):
 
 @pytest.mark.parametrize("promise", ["deterministic", "raises"])
 def test_a_device_that_cannot_build_the_example_is_unsupported(fakedev, promise):
-    row = judge(Case(planted_entry("planted.gap_while_building", promise), "cpu", "error"), CPU,
+    row = judge(Case(planted_entry("planted.gap_while_building", promise), "cpu", "error"), FAKEDEV,
                 hypothesis_settings=FAST)
     assert row["verdict"] == "unsupported", row
     assert row["detail"]["unsupported"].startswith("building the example: detconf_gap_test.no_offset.default fails on "
@@ -196,7 +200,7 @@ def test_a_device_that_cannot_build_the_example_is_unsupported(fakedev, promise)
 
 
 def test_planted_a_recipe_with_a_bad_call_stays_a_harness_error(fakedev):
-    row = judge(Case(planted_entry("planted.bad_call_while_building", "deterministic"), "cpu", "error"), CPU,
+    row = judge(Case(planted_entry("planted.bad_call_while_building", "deterministic"), "cpu", "error"), FAKEDEV,
                 hypothesis_settings=FAST)
     assert row["verdict"] == "harness-error"
     assert "a bad call" in row["detail"]["error"]
