@@ -486,9 +486,28 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     end of the run: move it out of the cyclic garbage collector's sight (``gc.freeze``), so that
     the collections during the run, and pytest's own at its end, look only at what the run makes."""
     if any(_is_case(item.nodeid) for item in session.items):
-        import gc
+        _freeze_loaded(session.config)
 
-        gc.freeze()
+
+def _freeze_loaded(config: pytest.Config) -> None:
+    """``gc.freeze`` what is alive now (after a collection, so that garbage is not kept for
+    good), and note how many modules were loaded: :func:`pytest_runtest_logfinish` freezes again
+    after a case that loaded more."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    config._detconf_frozen_modules = len(sys.modules)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Modules loaded during a case (the first case loads ``torch._inductor``, through
+    ``torch.use_deterministic_algorithms``; a compiled case loads Dynamo's and Inductor's
+    machinery) stay until the end of the run like those loaded before it: freeze them too."""
+    frozen = getattr(item.config, "_detconf_frozen_modules", None)
+    if frozen is not None and len(sys.modules) > frozen and _is_case(item.nodeid):
+        _freeze_loaded(item.config)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -45,7 +45,8 @@ from hypothesis import strategies as st
 
 from engine.entry import Entry
 from engine.program import Program
-from engine.strategies import DUPLICATE_SHARES, build_indices, build_tensor, float_dtypes, scale_limits, seeds
+from engine.strategies import (SEED_RANGE, DUPLICATE_SHARES, build_indices, build_tensor, float_dtypes, scale_limits,
+                               seeds)
 
 __all__ = [
     "NO_HALF", "REPRO_IMPORTS", "Example", "StableDraws", "stable_draws", "OpFunctionError", "forward_backward", "index_put_parts", "ndims_for",
@@ -101,6 +102,27 @@ class StableDraws:
             return value
         # Another draw at this place (the recipe took another branch): keep what Hypothesis drew.
         return kept[1] if kept[0] == spelled else drawn
+
+
+@functools.lru_cache(maxsize=None)
+def integer_constraints(lo: int, hi: int) -> dict[str, Any] | None:
+    """The constraints ``st.integers(lo, hi)`` draws its one choice with in the installed
+    Hypothesis (range, weights, shrink target), read once per range from a draw on a fixed
+    choice sequence; None where that cannot be read (the kit then draws through the strategy)."""
+    try:
+        from hypothesis.internal.conjecture.data import ConjectureData
+
+        data = ConjectureData.for_choices([lo])
+        value = data.draw(st.integers(lo, hi))
+        nodes = list(data.nodes)
+    except Exception:  # noqa: BLE001 - another Hypothesis: the strategy's own draw stays
+        return None
+    if value != lo or len(nodes) != 1 or getattr(nodes[0], "type", None) != "integer":
+        return None
+    constraints = dict(nodes[0].constraints)
+    if (constraints.get("min_value"), constraints.get("max_value")) != (lo, hi):
+        return None
+    return constraints
 
 
 _STABLE: contextvars.ContextVar[StableDraws | None] = contextvars.ContextVar("detconf_stable_draws", default=None)
@@ -201,11 +223,18 @@ class Example:
         return self.limits.name == "large"
 
     def _int(self, lo: int, hi: int) -> int:
-        """``st.integers(lo, hi)``'s draw: the same choice, straight from the choice sequence
-        where the range is small (above 127 values the strategy weights the bounds)."""
-        if self._draw_integer is not None and hi - lo <= 127:
-            return self._draw_integer(lo, hi)
+        """``st.integers(lo, hi)``'s draw: the same choice, straight from the choice sequence with
+        the constraints the strategy draws it with in this Hypothesis (:func:`integer_constraints`:
+        above 127 values the strategy weights the bounds)."""
+        if self._draw_integer is not None:
+            constraints = integer_constraints(lo, hi)
+            if constraints is not None:
+                return self._draw_integer(**constraints)
         return self.draw(st.integers(lo, hi))
+
+    def seed(self) -> int:
+        """A seed for a ``torch.Generator``: ``seeds()``'s draw (see :meth:`_int`)."""
+        return self._int(SEED_RANGE[0], SEED_RANGE[1]) if self._draw_integer is not None else self.draw(seeds())
 
     def _pick(self, options: Sequence[Any]) -> Any:
         """``st.sampled_from(options)``'s draw: an index from the choice sequence (none for a
@@ -286,7 +315,7 @@ class Example:
         shape = tuple(int(s) for s in shape)
         if contiguous is None:
             contiguous = self.choice((True, False))
-        seed = self.draw(seeds())
+        seed = self.seed()
         dev = str(self.device)
         if integral:
             t = build_tensor(shape, torch.int64, seed, device=self.device, low=low, high=high,
@@ -314,7 +343,7 @@ class Example:
         shape = tuple(int(s) for s in shape)
         # The duplicate share exposes nondeterminism and changes no guard: drawn afresh every example.
         share = 0.0 if unique else (self._pick(DUPLICATE_SHARES) if duplicates is None else duplicates)
-        seed = self.draw(seeds())
+        seed = self.seed()
         t = build_indices(shape, size, seed, duplicates=share, unique=unique, device=self.device, dtype=dtype)
         if t.numel() == 0:
             self.unreachable = "empty index: the kernel returns before it runs"

@@ -156,9 +156,13 @@ def _is_integer(dtype: torch.dtype) -> bool:
 # Seeds and shapes
 
 
+#: The seeds :func:`seeds` draws (the recipe kit draws the same choice without the strategy).
+SEED_RANGE = (0, 2**32 - 1)
+
+
 def seeds() -> st.SearchStrategy[int]:
     """Seeds for ``torch.Generator.manual_seed``; they shrink towards ``0``."""
-    return st.integers(min_value=0, max_value=2**32 - 1)
+    return st.integers(min_value=SEED_RANGE[0], max_value=SEED_RANGE[1])
 
 
 def shapes(

@@ -108,7 +108,10 @@ def test_the_kits_quick_draws_take_the_choices_the_strategies_would():
     plain = ConjectureData.for_choices(choices)
     quick = ConjectureData.for_choices(choices)
 
+    through_strategies = []
+
     def with_primitive(strategy, label=None):
+        through_strategies.append(strategy)
         return quick.draw(strategy)
 
     with_primitive.draw_integer = quick.draw_integer
@@ -120,6 +123,9 @@ def test_the_kits_quick_draws_take_the_choices_the_strategies_would():
     assert len(quick.choices) == len(plain.choices)
     # Not only the values: each choice is drawn with the strategy's own constraints (range, weights).
     assert [(n.type, n.value, n.constraints) for n in quick.nodes] == [(n.type, n.value, n.constraints) for n in plain.nodes]
+    # Wide ranges too (the tensor's seed, integer(0, 5000): the strategy weights their bounds):
+    # every draw above took the quick path.
+    assert through_strategies == []
 
 
 def test_the_harness_hands_recipes_the_quick_draw_in_both_readings():
@@ -137,3 +143,28 @@ def test_the_harness_hands_recipes_the_quick_draw_in_both_readings():
 
     probe()
     assert seen and all(seen)
+
+
+def test_where_the_strategys_constraints_cannot_be_read_the_kit_draws_through_the_strategy(monkeypatch):
+    # Another Hypothesis whose choice sequence reads differently: the kit does not guess the
+    # constraints, it leaves the draw to st.integers.
+    from hypothesis.internal.conjecture.data import ConjectureData
+
+    from conformance import kit
+
+    kit.integer_constraints.cache_clear()
+    monkeypatch.setattr(ConjectureData, "for_choices", classmethod(lambda cls, choices: 1 / 0))
+    try:
+        assert kit.integer_constraints(0, 5000) is None
+        strategies = []
+
+        def draw(strategy, label=None):
+            strategies.append(repr(strategy).replace("_", ""))
+            return 7
+
+        draw.draw_integer = lambda **constraints: pytest.fail("guessed constraints")
+        ex = Example(draw, ENTRY, {}, torch.device("cpu"))
+        assert (ex.integer(0, 5000), ex.seed()) == (7, 7)
+        assert strategies == [repr(st.integers(0, 5000)).replace("_", ""), repr(st.integers(0, 2**32 - 1)).replace("_", "")]
+    finally:
+        kit.integer_constraints.cache_clear()

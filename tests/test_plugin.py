@@ -125,3 +125,51 @@ def test_backends_declare_isolation_and_describe_themselves():
     cpu = table["cpu"].describe()
     assert cpu["available"] and cpu["device_name"] and "mkldnn" in cpu["versions"]
     assert table["npu"].describe()["available"] is False  # torch_npu is not installed here
+
+
+GC_PROBE = '''
+import gc
+import sys
+import weakref
+
+seen = {}
+
+
+class Cycle:
+    pass
+
+
+def pytest_runtest_call(item):
+    if "first" in seen:
+        return
+    gc.disable()  # from here on only the plugin's own collection frees garbage
+    seen["first"] = gc.get_freeze_count()
+    garbage = Cycle()
+    garbage.me = garbage
+    seen["garbage"] = weakref.ref(garbage)
+    del garbage
+    import colorsys  # noqa: F401 - a module this run has not loaded: the case loads one
+
+
+def pytest_sessionfinish(session):
+    gc.enable()
+    with open(%r, "w") as f:
+        f.write(repr({"grew": gc.get_freeze_count() > seen["first"], "garbage_freed": seen["garbage"]() is None,
+                      "colorsys_loaded": "colorsys" in sys.modules}))
+'''
+
+
+def test_modules_a_case_loads_are_frozen_out_of_the_collectors_sight_and_its_garbage_is_not(tmp_path):
+    # gc.freeze after collection, and again after a case that loaded modules (the first case
+    # loads torch._inductor): the collections of the run and pytest's own at its end look only
+    # at what the run makes. A cycle the case dropped is collected first, not kept for good.
+    out = tmp_path / "seen.txt"
+    (tmp_path / "gc_probe.py").write_text(GC_PROBE % str(out), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    run = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-p", "gc_probe",
+                          "--source", "torch-docs", "--device", "cpu", "--mode", "error", "-n", "0",
+                          "-k", "index_copy", "--no-report-build", "--results", str(tmp_path / "r.jsonl")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert eval(out.read_text(encoding="utf-8")) == {"grew": True, "garbage_freed": True, "colorsys_loaded": True}
