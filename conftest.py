@@ -33,8 +33,14 @@ from pathlib import Path
 
 import pytest
 
-from conformance import profiles
-from detconf.vocabulary import DEFAULT_COMPILE, DEFAULT_MODES, REPORT_FILES, SCHEMA_VERSION
+#: Idle threads of torch's CPU thread pool sleep between parallel regions instead of spinning
+#: (libgomp spins by default): a run of small examples otherwise burns about a core's worth of
+#: CPU time waiting. Parallel regions still use every thread. The OpenMP runtime reads it when
+#: torch loads, so it is set before torch is imported; a value the user set is kept (and recorded).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from conformance import profiles  # noqa: E402
+from detconf.vocabulary import DEFAULT_COMPILE, DEFAULT_MODES, REPORT_FILES, SCHEMA_VERSION  # noqa: E402
 
 #: The suite's root: the checkout, or the folder the packages are installed in (``pip install .``).
 ROOT = Path(profiles.__file__).resolve().parent.parent
@@ -669,6 +675,7 @@ def _environment(config: pytest.Config) -> dict:
         "runs": config.getoption("--runs"),
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
         "torch_threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "argv": list(config.invocation_params.args),
         "devices": devices,
     }

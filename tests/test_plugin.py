@@ -173,3 +173,21 @@ def test_modules_a_case_loads_are_frozen_out_of_the_collectors_sight_and_its_gar
                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert eval(out.read_text(encoding="utf-8")) == {"grew": True, "garbage_freed": True, "colorsys_loaded": True}
+
+
+@pytest.mark.parametrize("given,recorded", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_idle_openmp_threads_sleep_unless_the_user_chose_otherwise(tmp_path, given, recorded):
+    # The suite sets OMP_WAIT_POLICY=PASSIVE before torch loads (idle pool threads sleep instead
+    # of spinning); a user's own value stays. The run record says which was in force.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "OMP_WAIT_POLICY"}
+    if given is not None:
+        env["OMP_WAIT_POLICY"] = given
+    results = tmp_path / "r.jsonl"
+    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider",
+                          "--source", "torch-docs", "--device", "cpu", "--mode", "error", "-n", "0", "-k", "histc",
+                          "--no-report-build", "--results", str(results)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    run = next(json.loads(line) for line in results.read_text(encoding="utf-8").splitlines()
+               if json.loads(line).get("record") == "run")
+    assert run["env"]["omp_wait_policy"] == recorded
