@@ -2,8 +2,9 @@
 
 The plugin starts it when a run that will write the matrix begins. Beside the tests, at a low
 CPU priority, it loads what the end-of-run report needs (pandas, pyarrow, matplotlib and its
-fonts: about a second, which the run would otherwise spend after its last test), then waits
-for one request on its standard input, a JSON line::
+fonts) and builds a small report of its own once in a private temporary folder (first-use costs:
+the HTML template, fonts, pyarrow's reader), about a second which the run would otherwise spend
+after its last test, then waits for one request on its standard input, a JSON line::
 
     {"summary": "PATH", "build": {"paths": ["RESULTS", ...], "out": "DIR"}}
 
@@ -13,6 +14,7 @@ Both keys are optional. It answers with one JSON line on its standard output and
     {"built": true} or {"build_error": "Type: ..."}    reports.build.build(paths, out)
 
 An end of input before any request (the run stopped, or had nothing to build) is a quiet exit.
+Once the reply is written it leaves at once (``os._exit``), without unloading its libraries.
 It reads results files and writes the report folder only, as ``reports build`` does.
 """
 from __future__ import annotations
@@ -23,17 +25,43 @@ import sys
 from typing import IO, Any
 
 
-def warm() -> None:
-    """Import what the summary and the build use, and draw one label (the first text drawn
-    loads matplotlib's font cache)."""
-    import reports.build  # noqa: F401 - pandas, pyarrow, numpy and the writers
-    import reports.summary  # noqa: F401
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+#: The warm-up's results: one run of three cells (a conforming, a failing and a skipped one).
+_WARM_RUN = "standby-warm-up"
 
-    figure = Figure(figsize=(1, 1))
-    figure.text(0.5, 0.5, "detconf")
-    FigureCanvasAgg(figure).draw()
+
+def _warm_lines() -> list[str]:
+    """A small results file of the current schema, for the warm-up build."""
+    from detconf.vocabulary import SCHEMA_VERSION
+
+    common = {"record": "result", "schema": SCHEMA_VERSION, "run_id": _WARM_RUN, "source": "torch-docs",
+              "list_name": "deterministic", "op": "torch.Tensor.put_", "sentence": "warm-up", "promise": "deterministic",
+              "device": "cpu", "device_name": "cpu", "phase": "program", "compile": "eager", "torch_version": "0.0.0",
+              "expected": "deterministic", "examples": 6, "runs": 2, "reach": 1.0, "duration_s": 0.01,
+              "detail": {"fingerprints": {"0": "0" * 64}}}
+    rows = [dict(common, entry_id=f"warm-up-{i}", position=i, mode=mode, observed=observed, verdict=verdict)
+            for i, (mode, observed, verdict) in enumerate((("error", "deterministic", "conforms"),
+                                                            ("warn_only", "nondeterministic", "nondeterministic"),
+                                                            ("error", "skipped", "skipped")))]
+    run = {"record": "run", "schema": SCHEMA_VERSION, "run_id": _WARM_RUN, "started": "2026-01-01T00:00:00Z",
+           "planned": len(rows), "env": {"torch_version": "0.0.0"}}
+    end = {"record": "end", "schema": SCHEMA_VERSION, "run_id": _WARM_RUN, "ended": "2026-01-01T00:00:01Z",
+           "exitstatus": 1, "planned": len(rows), "written": len(rows), "missing": 0, "outcome": "complete"}
+    return [json.dumps(record) + "\n" for record in (run, *rows, end)]
+
+
+def warm() -> None:
+    """Import what the summary and the build use, and run both once on a small results file in
+    a private temporary folder: the first build also compiles the HTML template, loads
+    matplotlib's fonts and takes pandas' and pyarrow's first-use paths."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="detconf-standby-") as tmp:
+        results = os.path.join(tmp, "warm.jsonl")
+        with open(results, "w", encoding="utf-8") as f:
+            f.writelines(_warm_lines())
+        reply = handle({"summary": results, "build": {"paths": [results], "out": os.path.join(tmp, "report")}})
+    if "built" not in reply or "lines" not in reply:  # the warm-up is ours: say what broke it
+        raise RuntimeError(f"standby warm-up failed: {reply}")
 
 
 def handle(request: dict[str, Any]) -> dict[str, Any]:
@@ -77,7 +105,13 @@ def serve(stdin: IO[str], stdout: IO[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return serve(sys.stdin, sys.stdout)
+    code = serve(sys.stdin, sys.stdout)
+    # The reply is out and every file it names is written and closed: leave without tearing
+    # down the interpreter (pandas, pyarrow and matplotlib take a quarter of a second to unload,
+    # which the run would wait for).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

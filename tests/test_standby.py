@@ -154,3 +154,24 @@ def test_the_report_modules_the_plugin_imports_need_no_pandas():
             "print(sorted(m for m in ('pandas', 'pyarrow', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_the_warm_up_builds_a_report_of_its_own_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    import tempfile
+
+    replies = []
+    real = standby.handle
+    monkeypatch.setattr(standby, "handle", lambda request: replies.append(real(request)) or replies[-1])
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    standby.warm()
+    assert len(replies) == 1 and replies[0]["built"] is True
+    assert any("nondeterministic" in line for line in replies[0]["lines"])  # its rows were read
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_planted_a_warm_up_the_loader_refuses_is_an_error_not_a_silent_cold_build(monkeypatch):
+    good = standby._warm_lines
+    monkeypatch.setattr(standby, "_warm_lines", lambda: [line.replace('"verdict": "conforms"', '"verdict": 7')
+                                                         for line in good()])
+    with pytest.raises(RuntimeError, match="standby warm-up failed"):
+        standby.warm()
