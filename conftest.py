@@ -496,12 +496,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def _freeze_loaded(config: pytest.Config) -> None:
-    """``gc.freeze`` what is alive now (after a collection, so that garbage is not kept for
-    good), and note how many modules were loaded: :func:`pytest_runtest_logfinish` freezes again
-    after a case that loaded more."""
+    """``gc.freeze`` what is alive now, after collecting the young generations (the garbage a
+    case just left is young: it is not kept for good; a full collection of the heap torch and
+    Hypothesis made would cost a tenth of a second), and note how many modules were loaded:
+    :func:`pytest_runtest_teardown` freezes again after a case that loaded more."""
     import gc
 
-    gc.collect()
+    gc.collect(1)
     gc.freeze()
     config._detconf_frozen_modules = len(sys.modules)
 
