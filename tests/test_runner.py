@@ -103,6 +103,26 @@ def test_byte_views_of_special_tensors():
     assert torch.equal(as_bytes(nc), as_bytes(nc.contiguous()))
 
 
+@pytest.mark.parametrize("make", [
+    lambda: torch.arange(12, dtype=torch.float32).reshape(3, 4),                   # contiguous: a view
+    lambda: torch.arange(12, dtype=torch.float64).reshape(3, 4).t(),                # transposed: a copy
+    lambda: torch.arange(12, dtype=torch.int16).reshape(3, 4)[:, ::2],              # strided
+    lambda: torch.arange(5, dtype=torch.float16).expand(2, 5),                      # stride 0
+    lambda: torch.tensor(3.5),                                                      # 0-d
+    lambda: torch.arange(8.0).reshape(2, 4)[1:, 1:2],                               # one element, odd strides
+    lambda: torch.empty(0, 3),                                                      # empty
+    lambda: torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64).conj(),          # conj bit
+    lambda: torch.arange(4.0).neg().reshape(2, 2)._neg_view() if hasattr(torch.Tensor, "_neg_view") else -torch.arange(4.0),
+    lambda: torch.tensor([True, False, True]),
+], ids=["contiguous", "transposed", "strided", "expanded", "0-d", "one-element", "empty", "conj", "neg", "bool"])
+def test_byte_views_are_the_values_bytes_in_logical_order(make):
+    t = make()
+    expected = t.resolve_conj().resolve_neg().contiguous().numpy().tobytes()
+    got = as_bytes(t)
+    assert got.dtype == torch.uint8 and got.dim() == 1
+    assert got.numpy().tobytes() == expected
+
+
 def test_flatten_nested_outputs():
     labels = [label for label, _ in flatten_tensors({"b": (torch.zeros(1), [torch.ones(1)]), "a": torch.zeros(1), "n": 3})]
     assert labels == ["out[a]", "out[b][0]", "out[b][1][0]"]
