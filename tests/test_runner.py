@@ -168,3 +168,20 @@ def test_cublas_alert_wording_counts_as_the_determinism_alert():
                "it uses CuBLAS and you have CUDA >= 10.2.")
     assert DETERMINISM_ALERT.search(message)
     assert not DETERMINISM_ALERT.search("expected scalar type Float but found Double")
+
+
+def test_seeded_gradients_are_the_same_values_in_a_fresh_tensor_every_call():
+    # Cached per shape (every run of an example feeds the same gradient), but never the cache
+    # itself: a backward or an op may keep or change what it is handed.
+    from engine.runner import _seeded_like
+
+    out = torch.zeros(3, 4, dtype=torch.float64)
+    first = _seeded_like(out, 1)
+    second = _seeded_like(out, 1)
+    assert first.dtype == torch.float64 and first.shape == (3, 4)  # the cache's own dtype: a copy all the same
+    assert torch.equal(first, second) and first.data_ptr() != second.data_ptr()
+    first.add_(100)
+    assert torch.equal(_seeded_like(out, 1), second)
+    assert not torch.equal(_seeded_like(out, 2), second)  # each output index has its own values
+    c = _seeded_like(torch.zeros(2, dtype=torch.complex64), 0)
+    assert c.dtype == torch.complex64 and bool((c.imag != 0).any())
