@@ -29,6 +29,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,8 @@ DETCONF_SUITE_PLUGIN = True
 #: folder pytest runs in.
 DEFAULT_RESULTS = ((ROOT if (ROOT / "pytest.ini").is_file() else Path.cwd()) / "reports" / "out" / "results.jsonl")
 ROW_KEY = "detconf_row"
+#: Rows are fsynced at most this often (seconds); the run and end records always are.
+SYNC_EVERY_S = 2
 CONFORMANCE_TEST = "test_documented"
 #: The most runs per example ``--runs`` accepts. (Spelled as a power on purpose: Hypothesis
 #: also draws the integer literals of 100 or more that it finds in the project's modules, so a
@@ -416,7 +419,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     from conformance import profiles
 
-    profiles.load(settings._current_profile)
+    _without_gc(profiles.load, settings._current_profile)  # imports torch
     # The reproducibility notes' setting for deterministic cuBLAS; it must be in
     # place before CUDA initialises. A value the user set is kept (and recorded).
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -493,6 +496,25 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     the collections during the run, and pytest's own at its end, look only at what the run makes."""
     if any(_is_case(item.nodeid) for item in session.items):
         _freeze_loaded(session.config)
+
+
+def _without_gc(fn, *args):
+    """``fn(*args)`` with the cyclic garbage collector paused, then ``gc.freeze``: for the import
+    of torch, whose hundreds of thousands of objects live as long as the run (the collections
+    the import would trigger, a tenth of a second in all, find nothing to free, and the later
+    ones need not look at them either). The young generations are collected first: garbage
+    made before is freed, not kept."""
+    import gc
+
+    was = gc.isenabled()
+    gc.collect(1)
+    gc.disable()
+    try:
+        return fn(*args)
+    finally:
+        gc.freeze()
+        if was:
+            gc.enable()
 
 
 def _freeze_loaded(config: pytest.Config) -> None:
@@ -760,6 +782,7 @@ class ResultsWriter:
         self.run_record: dict = {}
         self.run_offset = 0  # where this run's run record starts in the file
         self.size = 0  # bytes in the file, as this writer left it
+        self.synced = 0.0  # time.monotonic() of the last fsync
         self.write_error: str | None = None
         self.session: pytest.Session | None = None
         self.ended = False
@@ -789,7 +812,7 @@ class ResultsWriter:
                                    "started": _now(), "planned": len(planned), "env": _environment(self.config),
                                    **_planned_fields(planned)}
                 try:
-                    self._append(self.run_record)
+                    self._append(self.run_record, sync=True)
                 except OSError as exc:
                     problem = f"cannot write results file {shown}: {exc.strerror or exc}"
         except BaseException:
@@ -822,14 +845,21 @@ class ResultsWriter:
         self.size = self.run_offset = os.fstat(fd).st_size
         return problem
 
-    def _append(self, obj: dict) -> None:
-        """Append one line and fsync it. A failed write leaves no partial line behind."""
+    def _append(self, obj: dict, *, sync: bool = False) -> None:
+        """Append one line. A failed write leaves no partial line behind.
+
+        Each line goes to the operating system as it is written (no buffer in this process), so
+        a crash or kill of the run loses no written row. ``fsync`` (to survive the machine
+        going down too) runs for the run and end records, and for rows at most every
+        :data:`SYNC_EVERY_S` seconds: it costs about a millisecond, as much as a small case."""
         data = memoryview((json.dumps(obj, sort_keys=True, default=str) + "\n").encode("utf-8"))
         start = self.size
         try:
             while data:
                 data = data[os.write(self.fd, data):]
-            os.fsync(self.fd)
+            if sync or time.monotonic() - self.synced >= SYNC_EVERY_S:
+                os.fsync(self.fd)
+                self.synced = time.monotonic()
         except OSError:
             try:
                 os.ftruncate(self.fd, start)  # only this writer's own partial line (the file is locked)
@@ -853,7 +883,7 @@ class ResultsWriter:
         try:
             os.ftruncate(self.fd, self.run_offset)  # this run's own record, just written
             self.size = self.run_offset
-            self._append(self.run_record)
+            self._append(self.run_record, sync=True)
         except OSError as exc:
             self._failed(exc)
 
@@ -920,7 +950,7 @@ class ResultsWriter:
             self._append({"record": "end", "schema": SCHEMA_VERSION, "run_id": self.run_id, "ended": _now(),
                           "exitstatus": int(session.exitstatus), "planned": self.planned,
                           "written": len(self.written), "missing": self.missing(),
-                          "outcome": "complete" if not self.missing() else "incomplete"})
+                          "outcome": "complete" if not self.missing() else "incomplete"}, sync=True)
         except OSError as exc:
             self._failed(exc)
 

@@ -20,6 +20,7 @@ through ``torch._C`` where it can, so that a check whose public API is broken
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import random
 import sys
@@ -31,7 +32,7 @@ import torch
 
 from detconf.vocabulary import DETERMINISTIC_MODES, MODES
 
-__all__ = ["GUARDED_ENV_VARS", "GlobalState", "apply_mode", "capture_state", "current_state", "deterministic_mode",
+__all__ = ["GUARDED_ENV_VARS", "GlobalState", "apply_mode", "capture_state", "current_state", "deterministic_mode", "gc_paused",
            "mode_is_on", "preserved_global_state", "preserved_rng", "restore_state"]
 
 # Environment variables the suite (CUBLAS_WORKSPACE_CONFIG, per the reproducibility
@@ -41,14 +42,46 @@ GUARDED_ENV_VARS = ("CUBLAS_WORKSPACE_CONFIG", "TORCHINDUCTOR_DETERMINISTIC")
 _MISSING = object()
 
 
+_INDUCTOR_CONFIG = "torch._inductor.config"
+
+
 def _inductor_config():
     """``torch._inductor.config`` if this torch has it (``use_deterministic_algorithms``
     imports it anyway), else None."""
+    loaded = sys.modules.get(_INDUCTOR_CONFIG)
+    if loaded is not None:
+        return loaded
     try:
-        import torch._inductor.config as inductor_config
+        # About a second of imports (Dynamo's), whose objects live as long as the process:
+        # nothing for the collector to find, then or later.
+        with gc_paused(freeze=True):
+            import torch._inductor.config as inductor_config
     except Exception:  # noqa: BLE001 - torch builds without Inductor
         return None
     return inductor_config
+
+
+@contextlib.contextmanager
+def gc_paused(*, freeze: bool = False) -> Iterator[None]:
+    """No cyclic garbage collection while the body runs (then as before); with ``freeze``, what
+    is alive at its end is moved out of the collector's sight for good (``gc.freeze``), after
+    the young generations were collected at its start (garbage made before it is freed, not kept).
+
+    For large imports: they allocate hundreds of thousands of objects that live as long as the
+    process, so the full collections they would trigger (tens of milliseconds each, several per
+    import of torch or of Dynamo) find nothing to free, and so would every later collection
+    that looked at them."""
+    was = gc.isenabled()
+    if freeze:
+        gc.collect(1)
+    gc.disable()
+    try:
+        yield
+    finally:
+        if freeze:
+            gc.freeze()
+        if was:
+            gc.enable()
 
 
 def _get_fill() -> bool | None:
@@ -60,9 +93,19 @@ def _set_fill(value: bool) -> None:
     torch._C._set_deterministic_fill_uninitialized_memory(value)
 
 
-def _get_debug_mode() -> int:
-    getter = getattr(torch._C, "_get_deterministic_debug_mode", None)
-    return int(getter() if getter is not None else torch.get_deterministic_debug_mode())
+def _debug_mode(deterministic: bool, warn_only: bool) -> int:
+    """The debug mode is the same setting as the two flags (``torch.get_deterministic_debug_mode``
+    derives it from them): 0 off, 1 warn, 2 error."""
+    return (1 if warn_only else 2) if deterministic else 0
+
+
+def _cudnn_flags() -> tuple[bool, bool]:
+    """(deterministic, benchmark), read through ``torch._C`` where this torch has the getters."""
+    get_det = getattr(torch._C, "_get_cudnn_deterministic", None)
+    get_bench = getattr(torch._C, "_get_cudnn_benchmark", None)
+    if get_det is None or get_bench is None:
+        return bool(torch.backends.cudnn.deterministic), bool(torch.backends.cudnn.benchmark)
+    return bool(get_det()), bool(get_bench())
 
 
 @dataclass
@@ -109,13 +152,16 @@ def capture_state(*, rng: bool = False, python_rng: bool = True) -> GlobalState:
     """Snapshot the guarded settings; with ``rng``, the torch (and CUDA) generator states, and
     with ``python_rng`` as well, those of ``random`` and NumPy."""
     inductor = _inductor_config()
+    deterministic = bool(torch._C._get_deterministic_algorithms())
+    warn_only = bool(torch._C._get_deterministic_algorithms_warn_only())
+    cudnn_deterministic, cudnn_benchmark = _cudnn_flags()
     state = GlobalState(
-        deterministic=bool(torch._C._get_deterministic_algorithms()),
-        warn_only=bool(torch._C._get_deterministic_algorithms_warn_only()),
-        debug_mode=_get_debug_mode(),
+        deterministic=deterministic,
+        warn_only=warn_only,
+        debug_mode=_debug_mode(deterministic, warn_only),
         fill_uninitialized_memory=_get_fill(),
-        cudnn_deterministic=bool(torch.backends.cudnn.deterministic),
-        cudnn_benchmark=bool(torch.backends.cudnn.benchmark),
+        cudnn_deterministic=cudnn_deterministic,
+        cudnn_benchmark=cudnn_benchmark,
         inductor_deterministic=_MISSING if inductor is None else getattr(inductor, "deterministic", _MISSING),
         env={name: os.environ.get(name) for name in GUARDED_ENV_VARS},
     )
@@ -172,11 +218,13 @@ def set_cudnn(*, deterministic: bool | None = None, benchmark: bool | None = Non
 
 
 def restore_state(state: GlobalState) -> None:
-    torch._C._set_deterministic_algorithms(state.deterministic, warn_only=state.warn_only)
-    if state.fill_uninitialized_memory is not None:
+    """Put every guarded setting back as ``state`` has it; a setting already so is not written."""
+    if (bool(torch._C._get_deterministic_algorithms()), bool(torch._C._get_deterministic_algorithms_warn_only())) != \
+            (state.deterministic, state.warn_only):
+        torch._C._set_deterministic_algorithms(state.deterministic, warn_only=state.warn_only)
+    if state.fill_uninitialized_memory is not None and _get_fill() != state.fill_uninitialized_memory:
         _set_fill(state.fill_uninitialized_memory)
-    if (bool(torch.backends.cudnn.deterministic), bool(torch.backends.cudnn.benchmark)) != \
-            (state.cudnn_deterministic, state.cudnn_benchmark):
+    if _cudnn_flags() != (state.cudnn_deterministic, state.cudnn_benchmark):
         set_cudnn(deterministic=state.cudnn_deterministic, benchmark=state.cudnn_benchmark)
     inductor = _inductor_config()
     if inductor is not None:
@@ -186,6 +234,8 @@ def restore_state(state: GlobalState) -> None:
         elif getattr(inductor, "deterministic", _MISSING) is not state.inductor_deterministic:
             inductor.deterministic = state.inductor_deterministic
     for name, value in state.env.items():
+        if os.environ.get(name) == value:
+            continue
         if value is None:
             os.environ.pop(name, None)
         else:
@@ -204,20 +254,46 @@ def _restore_rng(state: GlobalState) -> None:
         torch.cuda.set_rng_state_all(state.rng["cuda"])
 
 
-@contextlib.contextmanager
-def preserved_global_state(*, rng: bool = False) -> Iterator[GlobalState]:
+class _Guard:
+    """:func:`preserved_global_state` and :func:`deterministic_mode` as one small context manager
+    (the runner opens two or more per example: a generator-based one costs more than the flags)."""
+
+    __slots__ = ("rng", "mode", "cudnn_benchmark", "saved")
+
+    def __init__(self, rng: bool, mode: str | None = None, cudnn_benchmark: bool | None = None) -> None:
+        if mode is not None and mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.rng = rng
+        self.mode = mode
+        self.cudnn_benchmark = cudnn_benchmark
+        self.saved: GlobalState | None = None
+
+    def __enter__(self) -> GlobalState:
+        saved = self.saved = capture_state(rng=self.rng, python_rng=not _RNG_GUARDS.depth)
+        if self.mode is not None:
+            try:
+                apply_mode(self.mode)
+                if self.cudnn_benchmark is not None and saved.cudnn_benchmark != self.cudnn_benchmark:
+                    set_cudnn(benchmark=self.cudnn_benchmark)
+            except BaseException:
+                restore_state(saved)
+                raise
+        return saved
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        restore_state(self.saved)
+        return False
+
+
+def preserved_global_state(*, rng: bool = False) -> _Guard:
     """Snapshot every guarded setting (and, with ``rng=True``, the generator states);
-    restore them on exit, exception or not.
+    restore them on exit, exception or not. Used as ``with preserved_global_state() as saved:``.
 
     Inside :func:`preserved_rng` (the harness opens one around each case) ``random`` and
     NumPy are left to it: it puts them back when it closes (copying NumPy's legacy state costs
     about 40 µs each way, and no torch operator reads either). torch's own generators, which
     operators do read, are snapshotted and restored by every guard."""
-    saved = capture_state(rng=rng, python_rng=not _RNG_GUARDS.depth)
-    try:
-        yield saved
-    finally:
-        restore_state(saved)
+    return _Guard(rng)
 
 
 @contextlib.contextmanager
@@ -248,17 +324,12 @@ def mode_is_on(mode: str) -> bool:
     return mode in DETERMINISTIC_MODES
 
 
-@contextlib.contextmanager
-def deterministic_mode(mode: str, *, cudnn_benchmark: bool | None = False,
-                       rng: bool = False) -> Iterator[GlobalState]:
-    """Run the body under ``mode`` inside :func:`preserved_global_state`.
+def deterministic_mode(mode: str, *, cudnn_benchmark: bool | None = False, rng: bool = False) -> _Guard:
+    """Run the body under ``mode`` inside :func:`preserved_global_state`
+    (``with deterministic_mode("error") as saved:``).
 
     ``cudnn_benchmark=False`` (the default) follows the reproducibility notes:
     benchmark mode picks algorithms by timing, which defeats determinism.
     Pass ``None`` to leave it untouched.
     """
-    with preserved_global_state(rng=rng) as saved:
-        apply_mode(mode)
-        if cudnn_benchmark is not None:
-            set_cudnn(benchmark=cudnn_benchmark)
-        yield saved
+    return _Guard(rng, mode, cudnn_benchmark)

@@ -99,8 +99,18 @@ class Observation:
     def to_json(self) -> dict[str, Any]:
         """The evidence, JSON-safe: fields that carry something."""
         out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name not in _NOT_EVIDENCE and value not in (None, [], {}):
-                out[f.name] = value
+        for name in _evidence_names():
+            value = getattr(self, name)
+            if value is not None and value != [] and value != {}:
+                out[name] = value
         return out
+
+
+_EVIDENCE: list[tuple[str, ...]] = []
+
+
+def _evidence_names() -> tuple[str, ...]:
+    """The fields :meth:`Observation.to_json` reports, in declaration order (read once)."""
+    if not _EVIDENCE:
+        _EVIDENCE.append(tuple(f.name for f in fields(Observation) if f.name not in _NOT_EVIDENCE))
+    return _EVIDENCE[0]

@@ -227,8 +227,14 @@ def _classify(exc: BaseException, record: RunRecord, phase: str, failure: OpFail
         record.other_error = first_line
 
 
+# Reusable do-nothing context managers for the per-run paths that need none (nullcontext
+# keeps no state between uses).
+_NULL = contextlib.nullcontext()
+_NO_NATIVE = contextlib.nullcontext(())
+
+
 def _traced(trace: DispatchTrace | None):
-    return trace if trace is not None else contextlib.nullcontext()
+    return trace if trace is not None else _NULL
 
 
 @contextlib.contextmanager
@@ -278,11 +284,12 @@ def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | 
     # program: they are not reach, but a device that cannot copy is named like any other gap.
     # On the CPU there is no other device to name, and the trace would cost every copy a trip
     # through Python.
-    helper = DispatchTrace() if trace and compiler is None and _off_cpu(program) else None
+    helper = DispatchTrace() if tracer is not None and _off_cpu(program) else None
     where = "forward"
     call = fn or program.fn
-    watch = compiler.run() if compiler is not None else contextlib.nullcontext()
-    with warnings.catch_warnings(record=True) as caught, _stderr_lines(compiler is not None) as native, watch as snap:
+    watch = compiler.run() if compiler is not None else _NULL
+    native_lines = _stderr_lines(True) if compiler is not None else _NO_NATIVE
+    with warnings.catch_warnings(record=True) as caught, native_lines as native, watch as snap:
         warnings.simplefilter("always")
         try:
             with _traced(helper):

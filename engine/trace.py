@@ -118,7 +118,7 @@ class DispatchTrace(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self._counts: Counter = Counter()
+        self._counts: dict = {}
         self.failure: OpFailure | None = None
 
     @classmethod
@@ -130,8 +130,10 @@ class DispatchTrace(TorchDispatchMode):
         return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self._counts[func] += 1
-        kwargs = kwargs or {}
+        counts = self._counts
+        counts[func] = counts.get(func, 0) + 1
+        if kwargs is None:
+            kwargs = {}
         try:
             return func(*args, **kwargs)
         except Exception as exc:
@@ -144,8 +146,15 @@ class DispatchTrace(TorchDispatchMode):
     def ops(self) -> Counter:
         named: Counter = Counter()
         for func, n in self._counts.items():
-            named[str(func)] += n
+            name = _NAMES.get(func)
+            if name is None:
+                name = _NAMES[func] = str(func)
+            named[name] += n
         return named
+
+
+# ``str`` of an operator overload, once per overload (it is built from its schema every time).
+_NAMES: dict = {}
 
 
 def _split(name: str) -> tuple[str, str | None]:

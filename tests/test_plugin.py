@@ -191,3 +191,99 @@ def test_idle_openmp_threads_sleep_unless_the_user_chose_otherwise(tmp_path, giv
     run = next(json.loads(line) for line in results.read_text(encoding="utf-8").splitlines()
                if json.loads(line).get("record") == "run")
     assert run["env"]["omp_wait_policy"] == recorded
+
+
+KILL_PROBE = '''
+import json
+import os
+import signal
+
+synced = []
+_fsync = os.fsync
+
+
+def _counting(fd):
+    synced.append(fd)
+    return _fsync(fd)
+
+
+os.fsync = _counting
+done = []
+
+
+def pytest_runtest_call(item):
+    if len(done) == 4:  # four cases finished and written: kill the run in the fifth
+        with open(%r, "w") as f:
+            json.dump({"fsyncs": len(synced), "done": done}, f)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def pytest_runtest_teardown(item):
+    done.append(item.nodeid)
+'''
+
+
+def test_a_killed_run_keeps_every_row_written_before_it_without_an_fsync_per_row(tmp_path):
+    # Rows go to the operating system as they are written: SIGKILL in the fifth case loses that
+    # case only. fsync (for the machine going down) runs for the run record and then at most
+    # every couple of seconds, not once per row (a millisecond each, as much as a small case).
+    seen = tmp_path / "seen.json"
+    (tmp_path / "kill_probe.py").write_text(KILL_PROBE % str(seen), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    results = tmp_path / "r.jsonl"
+    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-p", "kill_probe",
+                          "--source", "torch-docs", "--device", "cpu", "--mode", "error", "-n", "0",
+                          "-k", "put_ or index_copy or histc", "--no-report-build", "--results", str(results)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == -9, out.stdout[-2000:] + out.stderr[-2000:]
+    probe = json.loads(seen.read_text(encoding="utf-8"))
+    records = [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines()]
+    assert records[0]["record"] == "run" and not any(r["record"] == "end" for r in records)  # visibly incomplete
+    rows = [r for r in records if r["record"] == "result"]
+    assert sorted(r["nodeid"] for r in rows) == sorted(probe["done"]) and len(rows) == 4
+    assert 1 <= probe["fsyncs"] < len(rows)
+
+
+IMPORT_GC_PROBE = '''
+import gc
+import sys
+
+seen = {"full_during_torch_import": 0}
+
+
+def _full_collection(phase, info):
+    if phase != "start" or info["generation"] != 2:
+        return
+    frame = sys._getframe(1)
+    while frame is not None:  # inside the module body of one of torch's modules: an import
+        if frame.f_code.co_name == "<module>" and "/torch/" in frame.f_code.co_filename.replace("\\\\", "/"):
+            seen["full_during_torch_import"] += 1
+            return
+        frame = frame.f_back
+
+
+gc.callbacks.append(_full_collection)
+
+
+def pytest_sessionfinish(session):
+    seen["dynamo_loaded"] = "torch._dynamo" in sys.modules
+    with open(%r, "w") as f:
+        f.write(repr(seen))
+'''
+
+
+def test_the_imports_of_torch_and_dynamo_run_no_full_collection(tmp_path):
+    # torch (when the plugin configures) and Dynamo (the first case's use_deterministic_algorithms
+    # imports torch._inductor.config) load with the collector paused, then frozen: their objects
+    # live as long as the run, and the full collections they would trigger found nothing to free.
+    out = tmp_path / "seen.txt"
+    (tmp_path / "import_gc_probe.py").write_text(IMPORT_GC_PROBE % str(out), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    run = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider",
+                          "-p", "import_gc_probe", "--source", "torch-docs", "--device", "cpu", "--mode", "error",
+                          "-n", "0", "-k", "index_copy", "--no-report-build", "--results", str(tmp_path / "r.jsonl")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert eval(out.read_text(encoding="utf-8")) == {"full_during_torch_import": 0, "dynamo_loaded": True}
