@@ -282,8 +282,7 @@ class Example:
         if self.entry.backward:
             classes = tuple(c for c in classes if c in ("floating", "complex")) or ("floating",)
         excluded = tuple(exclude) + (tuple(exclude_on_cpu) if self.device.type == "cpu" else ())
-        strategy = float_dtypes(classes, device=self.device, exclude=excluded)
-        options = list(strategy.elements)
+        options = _dtype_options(classes, self.device, excluded)
         return self._class_draw(lambda: self._pick(options), options)
 
     def spatial(self, n: int, *, mins: Sequence[int] | int = 1, budget: int | None = None) -> tuple[int, ...]:
@@ -410,6 +409,13 @@ class Example:
             lines.append(f"# then backward through out with a seeded gradient; compare "
                          f"{', '.join(g + '.grad' for g in grad_inputs)}")
         return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=256)
+def _dtype_options(classes: tuple[str, ...], device: torch.device, excluded: tuple[torch.dtype, ...]) -> tuple[torch.dtype, ...]:
+    """What ``float_dtypes(classes, device=device, exclude=excluded)`` samples from, in order (read
+    once per combination: the strategy is built, and checks its arguments, on every call)."""
+    return tuple(float_dtypes(classes, device=device, exclude=excluded).elements)
 
 
 def _literal(value: Any) -> str:
