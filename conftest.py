@@ -34,12 +34,6 @@ from pathlib import Path
 
 import pytest
 
-#: Idle threads of torch's CPU thread pool sleep between parallel regions instead of spinning
-#: (libgomp spins by default): a run of small examples otherwise burns about a core's worth of
-#: CPU time waiting. Parallel regions still use every thread. The OpenMP runtime reads it when
-#: torch loads, so it is set before torch is imported; a value the user set is kept (and recorded).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 from conformance import profiles  # noqa: E402
 from detconf.vocabulary import DEFAULT_COMPILE, DEFAULT_MODES, REPORT_FILES, SCHEMA_VERSION  # noqa: E402
 
