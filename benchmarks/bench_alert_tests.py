@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch  # noqa: F401 - only for the versions line
 
-    print(f"torch {torch.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {load()}")
+    print(f"torch {torch.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {load()}, "
+          f"OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')} (both sides)")
     print(f"A: {test_file} -k '{SELECT}'")
     alert_cmd = [sys.executable, "-m", "pytest", test_file.name, "-q", "-p", "no:cacheprovider", "-k", SELECT]
     walls: dict[str, list[float]] = {"A": [], "B": []}

@@ -115,7 +115,8 @@ def main() -> int:
     prof = settings(max_examples=args.examples, derandomize=True, database=None, deadline=None)
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"torch {torch.__version__}, device {args.device} ({backend.describe()['device_name']}), "
-          f"{args.examples} examples x {args.runs} runs, mode error, {torch.get_num_threads()} threads, load {load}")
+          f"{args.examples} examples x {args.runs} runs, mode error, {torch.get_num_threads()} threads, "
+          f"OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')} (PASSIVE slows the raw op), load {load}")
     print(f"{'entry':58} {'harness s':>10} {'raw s':>8} {'ratio':>6} {'trace %':>8}")
     totals = {"harness": 0.0, "raw": 0.0, "trace": 0.0, "examples": 0}
     per_example, ratios, trace_shares = [], [], []
