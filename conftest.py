@@ -412,8 +412,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from hypothesis import settings
 
     from conformance import profiles
+    from detconf.gc_pause import gc_paused
 
-    _without_gc(profiles.load, settings._current_profile)  # imports torch
+    with gc_paused(freeze=True):  # imports torch: its objects live as long as the run
+        profiles.load(settings._current_profile)
     # The reproducibility notes' setting for deterministic cuBLAS; it must be in
     # place before CUDA initialises. A value the user set is kept (and recorded).
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -490,25 +492,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     the collections during the run, and pytest's own at its end, look only at what the run makes."""
     if any(_is_case(item.nodeid) for item in session.items):
         _freeze_loaded(session.config)
-
-
-def _without_gc(fn, *args):
-    """``fn(*args)`` with the cyclic garbage collector paused, then ``gc.freeze``: for the import
-    of torch, whose hundreds of thousands of objects live as long as the run (the collections
-    the import would trigger, a tenth of a second in all, find nothing to free, and the later
-    ones need not look at them either). The young generations are collected first: garbage
-    made before is freed, not kept."""
-    import gc
-
-    was = gc.isenabled()
-    gc.collect(1)
-    gc.disable()
-    try:
-        return fn(*args)
-    finally:
-        gc.freeze()
-        if was:
-            gc.enable()
 
 
 def _freeze_loaded(config: pytest.Config) -> None:

@@ -20,7 +20,6 @@ through ``torch._C`` where it can, so that a check whose public API is broken
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import random
 import sys
@@ -30,9 +29,10 @@ from typing import Any, Iterator
 
 import torch
 
+from detconf.gc_pause import gc_paused
 from detconf.vocabulary import DETERMINISTIC_MODES, MODES
 
-__all__ = ["GUARDED_ENV_VARS", "GlobalState", "apply_mode", "capture_state", "current_state", "deterministic_mode", "gc_paused",
+__all__ = ["GUARDED_ENV_VARS", "GlobalState", "apply_mode", "capture_state", "current_state", "deterministic_mode",
            "mode_is_on", "preserved_global_state", "preserved_rng", "restore_state"]
 
 # Environment variables the suite (CUBLAS_WORKSPACE_CONFIG, per the reproducibility
@@ -59,29 +59,6 @@ def _inductor_config():
     except Exception:  # noqa: BLE001 - torch builds without Inductor
         return None
     return inductor_config
-
-
-@contextlib.contextmanager
-def gc_paused(*, freeze: bool = False) -> Iterator[None]:
-    """No cyclic garbage collection while the body runs (then as before); with ``freeze``, what
-    is alive at its end is moved out of the collector's sight for good (``gc.freeze``), after
-    the young generations were collected at its start (garbage made before it is freed, not kept).
-
-    For large imports: they allocate hundreds of thousands of objects that live as long as the
-    process, so the full collections they would trigger (tens of milliseconds each, several per
-    import of torch or of Dynamo) find nothing to free, and so would every later collection
-    that looked at them."""
-    was = gc.isenabled()
-    if freeze:
-        gc.collect(1)
-    gc.disable()
-    try:
-        yield
-    finally:
-        if freeze:
-            gc.freeze()
-        if was:
-            gc.enable()
 
 
 def _get_fill() -> bool | None:

@@ -26,9 +26,10 @@ from typing import Iterable
 
 import numpy as np
 
+from detconf.gc_pause import gc_paused
 from detconf.vocabulary import REPORT_FILES
 
-from reports.load import ROW_FIELDS, gc_paused, load
+from reports.load import ROW_FIELDS, load
 from reports.matrix import Matrix, png_spec, write_html, write_markdown, write_matrix_csv, write_png, write_results_csv
 from reports.output import OutputError, check_out_dir, check_targets
 from reports.summary import summary_data

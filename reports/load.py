@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import contextlib
 import dataclasses
 import functools
-import gc
 import hashlib
 import json
 import math
@@ -47,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from detconf.gc_pause import gc_paused
 from detconf.vocabulary import COMPILERS, DISPLAY_ORDER, MODES, PHASES, READABLE_SCHEMAS, SCHEMA_VERSION, meaning
 from detconf.vocabulary import PASSING as _PASSING
 from reports import planned as planned_mod
@@ -867,19 +866,6 @@ def rows_digest(texts: list[str]) -> str:
     for start in range(0, len(texts), 10_000):  # in slices: no second copy of all the text
         h.update(("\n".join(t.strip() for t in texts[start:start + 10_000]) + "\n").encode("utf-8"))
     return h.hexdigest()
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """Pause the cyclic garbage collector while many objects are made that hold no cycles
-    (collections would otherwise cost about as much as the work)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 # ----------------------------------------------------------------------------- loading

@@ -61,7 +61,7 @@ def test_the_import_check_catches_an_upward_import(tmp_path):
     assert violations("reports", tmp_path) == ["reports/x.py imports engine.docspec", "reports/x.py imports torch"]
 
 
-@pytest.mark.parametrize("module", ["detconf.vocabulary", "engine.verdict", "engine.observation", "engine.entry",
+@pytest.mark.parametrize("module", ["detconf.vocabulary", "detconf.gc_pause", "engine.verdict", "engine.observation", "engine.entry",
                                     "engine.docspec", "reports.build", "reports.diff", "reports.drift",
                                     "reports.sensitivity", "reports.summary"])
 def test_torch_free_modules_import_without_torch(module):
