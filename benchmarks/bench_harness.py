@@ -26,18 +26,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import hypothesis  # noqa: E402
 import torch  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
-from conformance.harness import judge  # noqa: E402
+from conformance.harness import drawn_programs, judge  # noqa: E402
 from conformance.plan import plan  # noqa: E402
 from engine import docspec, program  # noqa: E402
 from engine.determinism import deterministic_mode  # noqa: E402
@@ -78,26 +75,6 @@ def trace_seconds(progs: list[program.Program], runs: int, mode: str, synchroniz
                 diffs.append((t2 - t1) - (t1 - t0))
             total += max(0.0, statistics.median(diffs)) * runs
     return total
-
-
-def drawn_programs(case, device, prof: settings, examples: int) -> list[program.Program]:
-    """The programs the harness builds for ``case``: same settings, same seed, every call form."""
-    progs: list[program.Program] = []
-    recipe = program.recipe_for(case.entry.op)
-
-    @settings(prof, max_examples=examples, suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
-    @given(st.data())
-    def draw(data):
-        for kwargs in case.entry.case_kwargs():
-            for form in program.forms_for(case.entry):
-                try:
-                    progs.append(recipe(data.draw, case.entry, kwargs if form is None else dict(kwargs, form=form),
-                                        device))
-                except program.RecipeSkipped:
-                    pass
-
-    hypothesis.seed(zlib.crc32(case.id.encode()))(draw)()
-    return progs
 
 
 def main() -> int:

@@ -337,6 +337,35 @@ def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObje
     return _judged(case, expected, obs, dict(seen.detail))
 
 
+def drawn_programs(case: Case, device: torch.device, hypothesis_settings: settings, examples: int) -> list[program.Program]:
+    """The programs :func:`judge` builds for an op ``case`` under these settings: the same draws
+    (the harness's draw function, and the case's own seed under a derandomized profile), every
+    call form of each example, ``examples`` examples; those a recipe skips are left out. For
+    benchmarks and for checks of the runner on exactly what a case runs."""
+    progs: list[program.Program] = []
+    recipe = program.recipe_for(case.entry.op)
+
+    @settings(hypothesis_settings, max_examples=examples, suppress_health_check=list(HealthCheck),
+              report_multiple_bugs=False)
+    @given(st.data())
+    def draw(data: st.DataObject) -> None:
+        for kwargs in case.entry.case_kwargs():
+            for form in program.forms_for(case.entry):
+                try:
+                    progs.append(recipe(_drawer(data), case.entry, kwargs if form is None else dict(kwargs, form=form),
+                                        device))
+                except program.RecipeSkipped:
+                    pass
+
+    if hypothesis_settings.derandomize:
+        draw = hypothesis.seed(zlib.crc32(case.id.encode()))(draw)
+    if hypothesis_settings.database is None:
+        draw._hypothesis_internal_database_key = None
+    with preserved_rng():
+        draw()
+    return progs
+
+
 def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: settings | None = None) -> dict[str, Any]:
     """Run the case under Hypothesis; return the result row (JSON-safe).
 

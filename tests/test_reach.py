@@ -152,3 +152,57 @@ def test_the_sweep_declares_that_reach_is_not_judged_and_unknown_ops_have_no_tar
 def test_a_target_declared_for_only_some_ops_of_a_recipe_is_refused():
     with pytest.raises(ValueError, match="none for 'planted.b'"):
         program.recipe("planted.a", "planted.b", targets={"planted.a": "aten.add"})(lambda *a: None)
+
+
+def _traced_bytes_differ(monkeypatch=None, trace_class=None) -> tuple[int, list[str]]:
+    """Every example of every documented CPU entry (mode error, the program phase), run once
+    traced and once not: (examples compared, those whose output or gradient bytes differ)."""
+    from hypothesis import settings
+
+    import engine.runner as runner
+    from conformance.harness import drawn_programs
+    from conformance.plan import plan
+    from engine import docspec
+    from engine.runner import compare_runs
+
+    if trace_class is not None:
+        monkeypatch.setattr(runner, "DispatchTrace", trace_class)
+    ci = settings(max_examples=6, derandomize=True, database=None, deadline=None)
+    compared, differ = 0, []
+    for case in plan(docspec.installed_entries(), ["cpu"], ["error"]):
+        if case.phase != "program" or case.entry.promise == "behaves":
+            continue
+        for prog in drawn_programs(case, torch.device("cpu"), ci, 6):
+            with deterministic_mode("error", rng=True):
+                plain = _run_once(prog, lambda: None, trace=False)
+                traced = _run_once(prog, lambda: None, trace=True)
+            if any(r.alert_error or r.unsupported or r.other_error for r in (plain, traced)):
+                continue  # a documented raise: nothing to compare
+            compared += 1
+            same, mismatch, _ = compare_runs(plain, traced)
+            if not same:
+                differ.append(f"{case.id}: {mismatch}")
+    return compared, differ
+
+
+def test_the_dispatch_trace_leaves_the_bytes_of_every_documented_example_as_they_are():
+    # Reach is read with a TorchDispatchMode, and while any dispatch mode is active torch's
+    # composite code takes its tensor-subclass-friendly paths (isTensorSubclassLike). Both
+    # compared runs are traced; were the trace to change what an op computes, a verdict would be
+    # about another computation than a user's untraced call. On the CPU it changes no byte.
+    compared, differ = _traced_bytes_differ()
+    assert compared >= 300 and differ == []
+
+
+def test_the_trace_comparison_sees_a_trace_that_changes_what_an_op_computes(monkeypatch):
+    class Steering(DispatchTrace):  # planted: a trace that sends index_add to another computation
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            if str(func).startswith("aten.index_add") and isinstance(out, torch.Tensor) and out.is_floating_point():
+                out = out + 1
+            return out
+
+    compared, differ = _traced_bytes_differ(monkeypatch, Steering)
+    # Seen where index_add runs: the entry itself and the backward formulas built on it.
+    assert compared >= 300 and {d.split("[")[0] for d in differ} == {"index_add", "index_select.backward",
+                                                                     "repeat_interleave.backward"}
