@@ -99,18 +99,12 @@ class Observation:
     def to_json(self) -> dict[str, Any]:
         """The evidence, JSON-safe: fields that carry something."""
         out = {}
-        for name in _evidence_names():
+        for name in _EVIDENCE:
             value = getattr(self, name)
             if value is not None and value != [] and value != {}:
                 out[name] = value
         return out
 
 
-_EVIDENCE: list[tuple[str, ...]] = []
-
-
-def _evidence_names() -> tuple[str, ...]:
-    """The fields :meth:`Observation.to_json` reports, in declaration order (read once)."""
-    if not _EVIDENCE:
-        _EVIDENCE.append(tuple(f.name for f in fields(Observation) if f.name not in _NOT_EVIDENCE))
-    return _EVIDENCE[0]
+#: The fields :meth:`Observation.to_json` reports, in declaration order.
+_EVIDENCE = tuple(f.name for f in fields(Observation) if f.name not in _NOT_EVIDENCE)

@@ -238,13 +238,10 @@ def _traced(trace: DispatchTrace | None):
 
 
 @contextlib.contextmanager
-def _stderr_lines(capture: bool):
+def _stderr_lines():
     """Capture what native code writes to file descriptor 2 while the body runs (C++'s warning
     handler prints the alert there when no Python frame takes it, e.g. inside a compiled graph)."""
     lines: list[str] = []
-    if not capture:
-        yield lines
-        return
     import sys
     import tempfile
 
@@ -288,7 +285,7 @@ def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | 
     where = "forward"
     call = fn or program.fn
     watch = compiler.run() if compiler is not None else _NULL
-    native_lines = _stderr_lines(True) if compiler is not None else _NO_NATIVE
+    native_lines = _stderr_lines() if compiler is not None else _NO_NATIVE
     with warnings.catch_warnings(record=True) as caught, native_lines as native, watch as snap:
         warnings.simplefilter("always")
         try:
