@@ -71,15 +71,11 @@ def _short(value: Any, limit: int = 60) -> str:
 
 def _is_specifier(value: object) -> bool:
     """The ``pep440-specifier`` format: raises ``ValueError`` naming what is wrong."""
-    from packaging.specifiers import Specifier
+    from detconf.findings_rule import torch_range
 
     if not isinstance(value, str):
         return True  # the type keyword reports it
-    clauses = value.split(",")
-    if any(not clause.strip() for clause in clauses):
-        raise ValueError("empty clause")
-    for clause in clauses:
-        Specifier(clause.strip())  # InvalidSpecifier (a ValueError) for a bare version or a typo
+    torch_range(value)
     return True
 
 

@@ -42,6 +42,20 @@ def raise_documented_elsewhere(entry: Entry, device_type: str, catalog: Iterable
     return None
 
 
+def not_applicable(entry: Entry, *, torch_version: str | None, doc_version: str | None = None) -> str | None:
+    """Why ``entry``'s promise does not apply to the torch under test, or None when it does.
+
+    The torch under test is ``doc_version`` (``--doc-version X``: the promises of release X)
+    if given, else ``torch_version`` (the installed torch). An entry applies to the releases of
+    its ``torch`` range (``Entry.torch``; none: every release).
+    """
+    version = doc_version or torch_version
+    if version is None or entry.applies_to_torch(version):
+        return None
+    this = f"this run judges the promises of torch {version} (--doc-version)" if doc_version else f"this torch is {version}"
+    return f"not applicable: the promise is made by the docs of torch {entry.torch} only; {this}"
+
+
 @dataclass(frozen=True)
 class Case:
     """One generated test: an entry on one device type in one mode, in one phase, under one
@@ -52,6 +66,8 @@ class Case:
     and only the backward under the mode.
     ``compile`` (``detconf.vocabulary.COMPILERS``): ``eager``, or the ``torch.compile``
     backend the program runs through.
+    ``not_applicable``: why the case is not run, when its entry's ``torch`` range leaves out the
+    torch under test (:func:`not_applicable`); it gets a ``skipped`` row saying so.
     """
 
     entry: Entry
@@ -60,6 +76,7 @@ class Case:
     raise_documented_by: str | None = None
     phase: str = "program"
     compile: str = "eager"
+    not_applicable: str | None = None
 
     def __post_init__(self) -> None:
         if self.compile not in COMPILERS:
@@ -76,12 +93,13 @@ class Case:
 
     def to_json(self) -> dict[str, Any]:
         return {"entry": self.entry.to_json(), "device": self.device, "mode": self.mode,
-                "raise_documented_by": self.raise_documented_by, "phase": self.phase, "compile": self.compile}
+                "raise_documented_by": self.raise_documented_by, "phase": self.phase, "compile": self.compile,
+                "not_applicable": self.not_applicable}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Case":
         return cls(Entry.from_json(d["entry"]), d["device"], d["mode"], d.get("raise_documented_by"),
-                   d.get("phase", "program"), d.get("compile", "eager"))
+                   d.get("phase", "program"), d.get("compile", "eager"), d.get("not_applicable"))
 
 
 def phases_for(entry: Entry, mode: str, compile: str = "eager") -> tuple[str, ...]:
@@ -97,27 +115,34 @@ def phases_for(entry: Entry, mode: str, compile: str = "eager") -> tuple[str, ..
 
 
 def plan(catalog: list[Entry], devices: Iterable[str], modes: Iterable[str], compilers: Iterable[str] = ("eager",),
-         *, compiles: Callable[[Entry], bool] | None = None) -> list[Case]:
+         *, compiles: Callable[[Entry], bool] | None = None, torch_version: str | None = None,
+         doc_version: str | None = None) -> list[Case]:
     """Every case of ``catalog`` × ``devices`` × ``modes`` × phases × ``compilers``, sorted.
 
     Op entries run under every compile setting; a check entry (promise ``behaves``) runs
     compiled only where ``compiles(entry)`` says its check compiles what it observes (the
     ``fill_uninitialized_memory`` promises); the flag API and the other notes are eager only.
+
+    ``torch_version`` (the installed torch) and ``doc_version`` (``--doc-version``) name the
+    torch under test: the cases of an entry whose ``torch`` range leaves it out are planned
+    with their reason in ``not_applicable`` (neither given: every entry applies).
     """
     compilers = list(dict.fromkeys(compilers))
     unknown = [c for c in compilers if c not in COMPILERS]
     if unknown:
         raise ValueError(f"unknown compile setting {unknown[0]!r}; known: {', '.join(COMPILERS)}")
     cases = []
-    for entry in catalog:
+    reasons = [not_applicable(entry, torch_version=torch_version, doc_version=doc_version) for entry in catalog]
+    applicable = [entry for entry, reason in zip(catalog, reasons) if reason is None]
+    for entry, reason in zip(catalog, reasons):
         settings = [c for c in compilers
                     if c == "eager" or entry.promise != "behaves" or (compiles is not None and compiles(entry))]
         for device in devices:
-            elsewhere = raise_documented_elsewhere(entry, device, catalog)
+            elsewhere = raise_documented_elsewhere(entry, device, applicable)
             for mode in modes:
                 for setting in settings:
                     for phase in phases_for(entry, mode, setting):
-                        cases.append(Case(entry, device, mode, elsewhere, phase, setting))
+                        cases.append(Case(entry, device, mode, elsewhere, phase, setting, reason))
     order = {s: i for i, s in enumerate(SOURCE_NAMES)}
     rank = {c: i for i, c in enumerate(COMPILERS)}
     cases.sort(key=lambda c: (order.get(c.entry.source, 99), c.entry.list_name, c.entry.position, c.entry.id,

@@ -1,12 +1,30 @@
 """Which result rows a known finding covers: one rule for the suite (a matched row is an
 xfail, ``conformance/findings.py``) and the reports (a matched row is a certification waiver,
-``reports/certify.py``), which read the findings file as data and do not import the suite."""
+``reports/certify.py``), which read the findings file as data and do not import the suite.
+
+The same reading of a torch version range serves the catalog entries' ``torch`` field (the
+releases whose docs make a promise, ``engine/entry.py``) and certification's check of a cell
+skipped as not applicable to the torch under test (``reports/verify.py``)."""
 from __future__ import annotations
 
 from typing import Any, Collection, Mapping
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
+
+
+def torch_range(text: str) -> SpecifierSet:
+    """``text`` as a PEP 440 specifier in which every clause has an operator (``>=2.13``,
+    ``<2.10``, ``>=2.5,<2.14``); a ``ValueError`` naming what is wrong otherwise: a bare
+    version such as ``2.13`` (``InvalidSpecifier``) or an empty clause (``>=2.13,``)."""
+    from packaging.specifiers import Specifier
+
+    clauses = text.split(",")
+    if any(not clause.strip() for clause in clauses):
+        raise ValueError("empty clause")
+    for clause in clauses:
+        Specifier(clause.strip())  # InvalidSpecifier (a ValueError) for a bare version or a typo
+    return SpecifierSet(text)
 
 
 def torch_in(version: str, specifier: SpecifierSet) -> bool:
@@ -19,9 +37,11 @@ def torch_in(version: str, specifier: SpecifierSet) -> bool:
 
 
 def covers(row: Mapping[str, Any], *, source: str, entry_id: str, torch: SpecifierSet,
-           devices: Collection[str] = (), modes: Collection[str] = (), compile: Collection[str] = ()) -> bool:
+           devices: Collection[str] = (), modes: Collection[str] = (), compile: Collection[str] = (),
+           phases: Collection[str] = ()) -> bool:
     """Does a finding with these fields cover ``row`` (its verdict aside)? Empty ``devices`` /
-    ``modes`` / ``compile``: every one; a row without a compile setting is eager."""
+    ``modes`` / ``compile`` / ``phases``: every one; a row without a compile setting is eager,
+    a row without a phase is ``program``."""
     return (
         row.get("source") == source
         and row.get("entry_id") == entry_id
@@ -29,4 +49,5 @@ def covers(row: Mapping[str, Any], *, source: str, entry_id: str, torch: Specifi
         and (not devices or row.get("device") in devices)
         and (not modes or row.get("mode") in modes)
         and (not compile or (row.get("compile") or "eager") in compile)
+        and (not phases or (row.get("phase") or "program") in phases)
     )

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from detconf.findings_rule import torch_in, torch_range
 from detconf.vocabulary import PROMISES as _PROMISE_MEANINGS
 
 # "behaves": a documented behaviour of the flag API or the reproducibility notes holds.
@@ -49,6 +50,11 @@ class Entry:
     - ``list_name``: the list the bullet sits in (``"deterministic"``, ``"raises"``,
       ``"cublas"``...), for grouping in the matrix.
     - ``position``: index in its list, for stable ordering.
+    - ``torch``: the torch releases whose docs make the promise, a PEP 440 specifier with an
+      operator in every clause (``"<2.10"``: the cuBLAS sentence torch 2.10 removed;
+      ``">=2.2"``); ``None``: every release. A case of an entry whose range leaves out the
+      torch under test is not run (``conformance.plan``). The torch-docs entries need none:
+      they are read from the docstring of the release under test.
     """
 
     id: str
@@ -68,6 +74,7 @@ class Entry:
     doc_version: str | None = None
     list_name: str = ""
     position: int = 0
+    torch: str | None = None
 
     def __post_init__(self) -> None:
         if self.promise not in PROMISES:
@@ -76,6 +83,12 @@ class Entry:
             raise CatalogError(f"entry {self.id!r}: id and op must be non-empty")
         if not self.cases:
             raise CatalogError(f"entry {self.id!r}: cases must hold at least one (possibly empty) case")
+        if self.torch is not None:
+            try:
+                torch_range(self.torch)
+            except (TypeError, AttributeError, ValueError) as exc:
+                raise CatalogError(f"entry {self.id!r}: field 'torch' is {self.torch!r} ({exc}), expected a PEP 440 "
+                                   "version specifier with an operator, e.g. '<2.10' or '>=2.2'") from None
 
     @property
     def short_op(self) -> str:
@@ -85,17 +98,24 @@ class Entry:
         """Does the sentence name this device type (or no device at all)?"""
         return not self.devices or device_type in self.devices
 
+    def applies_to_torch(self, version: str) -> bool:
+        """Do the docs of torch ``version`` (``2.11.0``, ``2.13.0+cpu``, ``2.16.0a0+git…``: local
+        labels and pre-releases count as their release) make this promise?"""
+        return self.torch is None or torch_in(version, torch_range(self.torch))
+
     def case_kwargs(self) -> list[dict[str, Any]]:
         return [dict(case) for case in self.cases]
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-safe dict; ``cases`` become a list of dicts."""
+        """JSON-safe dict; ``cases`` become a list of dicts; ``torch`` only when set."""
         d = dataclasses.asdict(self)
         d["entry_id"] = d.pop("id")
         d["cases"] = self.case_kwargs()
         d["devices"] = list(self.devices)
         d["dtypes"] = list(self.dtypes)
         d["qualifiers"] = list(self.qualifiers)
+        if self.torch is None:
+            del d["torch"]  # every release: the catalog files leave the field out
         return d
 
     @classmethod

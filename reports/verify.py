@@ -15,6 +15,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+from detconf.findings_rule import torch_in, torch_range
 from detconf.vocabulary import FAILING
 from reports.certify import (
     ALLOWED, ENV_REQUIRED, ENVIRONMENT, FINDINGS_FILE, FINDINGS_IN_REPO, GIVEN, MUST_PASS, ROOT, STATEMENT, SUMS,
@@ -136,6 +137,7 @@ class _Check:
         for cell in sorted(set(per_cell) - must, key=str):
             self.problem(f"row for {cell_name(cell)} is not a must-pass case")
         waived = {(cell_of(w.get("case") or {}), w.get("verdict")) for w in waivers if isinstance(w, dict)}
+        judged = {run["run_id"]: _torch_under_test(run) for run in runs}
         for row in rows:
             verdict, cell = row["verdict"], cell_of(row)
             if verdict in ALLOWED:
@@ -144,7 +146,7 @@ class _Check:
                 detail = row.get("detail") or {}
                 if not any(isinstance(detail.get(k), str) and detail[k].strip() for k in ("unsupported", "reason")):
                     self.problem(f"{cell_name(cell)}: unsupported without a reason")
-            elif verdict == "skipped" and _not_applicable(row):
+            elif verdict == "skipped" and _not_applicable(row, judged.get(row.get("run_id"))):
                 continue
             elif verdict in FAILING and verdict != "missing" and (cell, verdict) in waived:
                 continue
@@ -300,10 +302,31 @@ def verify(pkg_path: str) -> tuple[int, list[str]]:
     return 0, lines
 
 
-def _not_applicable(row: dict) -> bool:
-    """A ``skipped`` row whose promise is about another device type (``detail.needs_device``:
-    a cuBLAS note on a non-CUDA device, a torch_npu API off the NPU): it does not apply to the
-    certified device. A skip on the device it needs (the device was absent) stays refused."""
-    needs = (row.get("detail") or {}).get("needs_device")
+def _torch_under_test(run: dict) -> str:
+    """The release whose promises a run judged: its ``--doc-version``, else its torch."""
+    env = run.get("env") or {}
+    return str(env.get("doc_version") or env.get("torch_version") or "")
+
+
+def _not_applicable(row: dict, torch_under_test: str | None = None) -> bool:
+    """A ``skipped`` row whose promise does not apply here: it is about another device type
+    (``detail.needs_device``: a cuBLAS note on a non-CUDA device, a torch_npu API off the NPU),
+    or about other torch releases (``detail.needs_torch``, the entry's range, which leaves out
+    ``torch_under_test``: the cuBLAS workspace sentence of the docs of torch < 2.10 on 2.11). A
+    skip on the device it needs (the device was absent), or a range that holds the torch under
+    test, stays refused."""
+    detail = row.get("detail") or {}
+    needs = detail.get("needs_device")
     device = str(row.get("device") or "").split(":")[0]
-    return isinstance(needs, str) and bool(needs) and bool(device) and needs != device
+    if isinstance(needs, str) and bool(needs) and bool(device) and needs != device:
+        return True
+    needs_torch = detail.get("needs_torch")
+    if not isinstance(needs_torch, str) or not torch_under_test:
+        return False
+    from packaging.version import Version
+
+    try:
+        Version(torch_under_test)  # InvalidVersion (a ValueError): torch_in would call it outside
+        return not torch_in(torch_under_test, torch_range(needs_torch))
+    except ValueError:  # not a version, not a specifier
+        return False

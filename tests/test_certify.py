@@ -155,6 +155,31 @@ def test_a_skip_that_is_not_about_another_device_is_refused(pkg, needs):
     _refused(pkg, "verdict skipped is not allowed")
 
 
+@pytest.mark.parametrize(("needs_torch", "accepted"), [("<2.0", True), (">=99", True), (">=2.0", False), ("2.0", False)])
+def test_a_promise_about_other_torch_releases_is_not_applicable(pkg, needs_torch, accepted):
+    """A skip saying the entry's torch range (``detail.needs_torch``) leaves out the torch under
+    test is accepted; a range that holds it (or is no range) is not: the case should have run."""
+    def change(rs):
+        for row in rs:
+            if row["record"] == "result" and row["verdict"] == "skipped":
+                row["detail"] = {"reason": "not applicable: the promise is made by the docs of torch "
+                                           f"{needs_torch} only", "needs_torch": needs_torch}
+        return rs
+    _rewrite_results(pkg, change)
+    if accepted:  # the statement names the rows' digest: a resubmission says the new one
+        from reports.load import load
+
+        statement = json.loads((pkg / "statement.json").read_text())
+        statement["rows_digest"] = load(sorted((pkg / "results").iterdir())).digest()
+        (pkg / "statement.json").write_text(json.dumps(statement, indent=2, sort_keys=True) + "\n")
+    write_sums(pkg)
+    if accepted:
+        code, lines = verify(str(pkg))
+        assert code == 0, lines
+    else:
+        _refused(pkg, "verdict skipped is not allowed")
+
+
 def test_unsupported_needs_its_reason(pkg):
     def change(rs):
         row = next(r for r in rs if r["record"] == "result" and r["verdict"] == "conforms")

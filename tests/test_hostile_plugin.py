@@ -318,6 +318,10 @@ DATA_CASES = {
     "repro-notes-dtype": ("repro_notes.json", _set(1, "dtypes", ["float"]), "field 'dtypes[0]' is 'float', expected "
                                                                             "one of 'floating', 'complex', 'integer'"),
     "repro-notes-nan": ("repro_notes.json", '[{"position": NaN}]', "NaN is not a JSON value"),
+    "repro-notes-torch-bare-version": ("repro_notes.json", _set(21, "torch", "2.10"),
+                                       "malformed catalog entry #21 ('CUBLAS_WORKSPACE_CONFIG=unset:mm'): field "
+                                       "'torch' is '2.10' (Invalid specifier: '2.10'), expected a PEP 440 version "
+                                       "specifier"),
     "repro-notes-missing": ("repro_notes.json", None, "repro_notes.json: cannot read: No such file or directory"),
     "findings-bare-version": ("known-findings.json", _set(0, "torch", "2.13"),
                               "known finding #0 ('set_deterministic_debug_mode->inductor.config.deterministic'): "
