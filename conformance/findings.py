@@ -11,7 +11,8 @@ specifier such as ``">=2.13"``, ``"==2.13.*"`` or ``">=2.5,<2.14"``, evaluated w
 :mod:`packaging` against the installed torch's release; local labels such as ``+cpu`` and
 pre-releases count as their release; a bare version such as ``"2.13"`` is an error),
 ``why``, and optionally ``devices`` / ``modes`` / ``compile`` (the compile settings it concerns;
-absent: every setting). The file is validated against
+absent: every setting) / ``phases`` (``program``, ``backward-only``: the phases it concerns;
+absent: every phase; a row without a phase is ``program``). The file is validated against
 ``data/schemas/known-findings.schema.json`` (unknown keys are errors).
 """
 from __future__ import annotations
@@ -37,10 +38,11 @@ class Finding:
     devices: tuple[str, ...] = ()
     modes: tuple[str, ...] = ()
     compile: tuple[str, ...] = ()
+    phases: tuple[str, ...] = ()
 
     def matches(self, row: dict[str, Any]) -> bool:
         return covers(row, source=self.source, entry_id=self.entry_id, torch=self.torch, devices=self.devices,
-                      modes=self.modes, compile=self.compile)
+                      modes=self.modes, compile=self.compile, phases=self.phases)
 
 
 def load_findings(path: str | Path | None = None) -> list[Finding]:
@@ -59,10 +61,16 @@ def load_findings(path: str | Path | None = None) -> list[Finding]:
     return [
         Finding(source=item["source"], entry_id=item["entry_id"], verdict=item["verdict"],
                 torch=SpecifierSet(item["torch"]), why=item["why"], devices=tuple(item.get("devices", ())),
-                modes=tuple(item.get("modes", ())), compile=tuple(item.get("compile", ())))
+                modes=tuple(item.get("modes", ())), compile=tuple(item.get("compile", ())),
+                phases=tuple(item.get("phases", ())))
         for item in raw
     ]
 
 
 def known_finding(row: dict[str, Any], findings: list[Finding]) -> Finding | None:
-    return next((f for f in findings if f.matches(row)), None)
+    """The finding that covers ``row``: one with the row's verdict if any does (findings of one
+    case may differ in verdict only where their other fields differ, but a finding never hides
+    another that names the verdict seen), else the first that covers it (its verdict then says
+    what was expected), else None."""
+    matching = [f for f in findings if f.matches(row)]
+    return next((f for f in matching if f.verdict == row.get("verdict")), matching[0] if matching else None)

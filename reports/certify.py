@@ -122,7 +122,8 @@ def _finding_matches(finding: dict, row: dict) -> bool:
         return False
     return finding.get("verdict") == row.get("verdict") and covers(
         row, source=finding.get("source"), entry_id=finding.get("entry_id"), torch=spec,
-        devices=finding.get("devices") or (), modes=finding.get("modes") or (), compile=finding.get("compile") or ())
+        devices=finding.get("devices") or (), modes=finding.get("modes") or (), compile=finding.get("compile") or (),
+        phases=finding.get("phases") or ())
 
 
 def read_findings(path: Path) -> list[dict]:

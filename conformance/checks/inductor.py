@@ -13,13 +13,20 @@ the release lacks the feature, the machine is not at fault.
 
 The compile check runs a ``torch.compile``d function over ops from the
 docstring's deterministic list twice on the same inputs; it records Inductor's
-setting where the release has one. It is skipped, with the reason, where
-compile cannot run (no TorchDynamo support, no C++ compiler for CPU, no Triton
-for CUDA).
+setting where the release has one. It owns its compiled state (a Dynamo reset
+before and after each example, as a compiled case of the harness has), so no
+earlier compile in the process can push it past Dynamo's recompile limit, and
+it records that compiled graphs ran (none ran, or a graph break: ``unsupported``
+with the reason -- an example run in eager is no evidence). It is skipped, with
+the reason, where this machine cannot compile at all (no TorchDynamo support, no
+C++ compiler for CPU, no Triton for CUDA); a device Inductor has no backend for
+(a PrivateUse1 device such as ``opencl``) is ``unsupported``, naming the device.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
+import re
 import shutil
 import time
 from typing import Any, Callable
@@ -28,11 +35,12 @@ import torch
 from hypothesis import strategies as st
 
 from engine.checks import CheckObservation, CheckSkipped, CheckUnsupported, check
+from engine.compiled import CompileSnapshot, Compiler, compile_unavailable, is_compile_failure
 
 from engine.determinism import apply_mode as enter_mode
 from engine.determinism import mode_is_on, preserved_global_state
 
-from ._support import REPRO_NOTES, tensor_bytes
+from ._support import NONDETERMINISTIC_ALERT, REPRO_NOTES, synchronize, tensor_bytes
 
 DEBUG_SPELLINGS = {"error": ("error", 2), "warn_only": ("warn", 1), "off": ("default", 0)}
 
@@ -106,10 +114,10 @@ def _program(x: torch.Tensor, index: torch.Tensor, index2d: torch.Tensor, src: t
     return added, put, scattered, reduced
 
 
-_COMPILED: dict[str, Callable] = {}
-
-
 def _compile_unavailable(device: torch.device) -> str | None:
+    """Why this machine cannot compile for ``device`` at all (no Dynamo, no C++ compiler for the
+    CPU, no Triton for CUDA): the check is skipped. A device Inductor has no backend for is
+    another matter (``unsupported``, found when Inductor refuses it: :func:`_compile_failure`)."""
     if not hasattr(torch, "compile"):
         return f"torch {torch.__version__} has no torch.compile"
     try:
@@ -131,24 +139,83 @@ def _compile_unavailable(device: torch.device) -> str | None:
     elif device.type == "cuda":
         if not torch.cuda.is_available():
             return "CUDA is not available"
-        try:
-            from torch.utils._triton import has_triton
-        except ImportError:
-            return "torch.utils._triton is missing: cannot tell whether Triton is installed"
-        if not has_triton():
-            return "Triton is not installed: Inductor cannot compile for CUDA"
+    if device.type in ("cpu", "cuda"):
+        return compile_unavailable("inductor", device.type)  # the engine's word (Triton for CUDA)
     return None
 
 
-def _compiled(device: torch.device) -> Callable:
-    key = device.type
-    if key not in _COMPILED:
-        _COMPILED[key] = torch.compile(_program, backend="inductor", fullgraph=True, dynamic=False)
-    return _COMPILED[key]
+#: Inductor's own refusal of a device it has no wrapper code generator for: "Device opencl not
+#: supported" (torch 2.11 on ``--device opencl``; ``torch/_inductor/graph.py`` of 2.13 words it the same).
+_DEVICE_REFUSED = re.compile(r"Device (\S+) not supported")
+#: Dynamo's recompile limit: the check's own compiled state leaked (our bug, never unsupported).
+_RECOMPILE_LIMIT = re.compile(r"recompile.?limit|cache.?(?:size.?)?limit", re.IGNORECASE)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and all(e is not s for s in seen):
+        seen.append(e)
+        e = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__
+    return seen
+
+
+def _first_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0][:300]
+
+
+def _compile_failure(exc: BaseException, device: torch.device) -> CheckUnsupported | None:
+    """``exc`` as "Inductor cannot compile this for ``device``" (``unsupported``), or None when it
+    is something else: the op's own error, or Dynamo's recompile limit (the check's own compiled
+    state got out of hand: a harness error, so that it is seen and fixed)."""
+    chain = _chain(exc)
+    if any(_RECOMPILE_LIMIT.search(type(e).__name__ + ": " + str(e)) for e in chain):
+        return None
+    for e in chain:
+        refused = _DEVICE_REFUSED.search(str(e))
+        if refused is not None:
+            return CheckUnsupported(f"Inductor cannot compile for device {device.type!r} "
+                                    f"(torch {torch.__version__}): {_first_line(e)}")
+    if is_compile_failure(exc):
+        inner = chain[-1]
+        return CheckUnsupported(f"torch.compile (Inductor) cannot compile the check's program for device "
+                                f"{device.type!r}: {_first_line(inner)}")
+    return None
+
+
+def _no_ambient_dispatch_modes():
+    """Run the compiled program outside any ``TorchDispatchMode`` the caller has active. Off the
+    CPU the harness traces a check's operators with one; under it Dynamo traces the mode's own
+    ``__torch_dispatch__`` as well, recompiling it for each operator (with ``fullgraph=True`` that
+    hit the recompile limit in the first example on CUDA), and the program no longer runs as a
+    user's does. The trace sees nothing of the compiled calls; a device's missing kernel is still
+    named from the error's text (``engine.runner.missing_kernel``)."""
+    try:
+        from torch.utils._python_dispatch import _disable_current_modes
+    except ImportError:  # a torch without it has no mode stack to speak of
+        return contextlib.nullcontext()
+    return _disable_current_modes()
+
+
+def _run_compiled(compiler: Compiler, fn: Callable, args: tuple, device: torch.device) -> tuple[list[bytes], CompileSnapshot, float]:
+    with compiler.run() as snap:
+        started = time.perf_counter()
+        out = fn(*args)
+        synchronize(device)
+        seconds = time.perf_counter() - started
+    return [tensor_bytes(t) for t in out], snap, seconds
 
 
 @check("torch.compile:deterministic", source=REPRO_NOTES, max_examples=3)
 def compiled_function_repeats(draw, entry, device: torch.device, mode: str) -> CheckObservation:
+    """Compile :func:`_program` with Inductor and call it twice on the same inputs under ``mode``.
+
+    The check owns its compiled state: each example starts from a Dynamo reset and ends with
+    one (:meth:`engine.compiled.Compiler.case`), so whatever ran before in the process (other
+    modes, other devices: each guards on global state) cannot push ``_program`` past Dynamo's
+    recompile limit. A compiled graph must run in both calls with no graph break, or the
+    example is no evidence about compiled code (``unsupported``, with the reason)."""
     reason = _compile_unavailable(device)
     if reason is not None:
         raise CheckSkipped(reason)
@@ -159,14 +226,35 @@ def compiled_function_repeats(draw, entry, device: torch.device, mode: str) -> C
     index = torch.randint(0, bins, (UPDATES,), generator=g).to(device)
     index2d = torch.randint(0, bins, (UPDATES, COLS), generator=g).to(device)
     src = torch.randn(UPDATES, COLS, generator=g).to(device)
+    compiler = Compiler("inductor")
     with preserved_global_state():
         enter_mode(mode)
         inductor_on = _inductor_setting()
-        fn = _compiled(device)
-        started = time.perf_counter()
-        first = [tensor_bytes(t) for t in fn(x.clone(), index, index2d, src)]
-        first_s = time.perf_counter() - started
-        second = [tensor_bytes(t) for t in fn(x.clone(), index, index2d, src)]
+        with compiler.case(), _no_ambient_dispatch_modes():
+            fn = compiler.compile(_program)  # the module's _program, looked up now
+            try:
+                first, first_snap, first_s = _run_compiled(compiler, fn, (x.clone(), index, index2d, src), device)
+                second, second_snap, _ = _run_compiled(compiler, fn, (x.clone(), index, index2d, src), device)
+            except Exception as exc:  # noqa: BLE001 - sorted below: alert, compile failure, or ours
+                alert = next((e for e in _chain(exc) if NONDETERMINISTIC_ALERT in str(e)), None)
+                if alert is not None:  # documented-deterministic ops must not raise the alert
+                    return CheckObservation(
+                        held=False if mode_is_on(mode) else None, observed="raises",
+                        detail={"seed": seed, "distinct_indices": bins, "inductor_deterministic": inductor_on,
+                                "raised": _first_line(alert)})
+                lack = _compile_failure(exc, device)
+                if lack is not None:
+                    raise lack from exc
+                raise
+    snaps = (first_snap, second_snap)
+    breaks = sorted({r for s in snaps for r in s.break_reasons})
+    if not all(s.graphs_run for s in snaps):
+        raise CheckUnsupported(
+            f"no compiled graph ran on {device.type}: torch.compile ran the program in eager"
+            + (f" ({'; '.join(breaks or first_snap.case_break_reasons)})" if breaks or first_snap.case_break_reasons else ""))
+    if breaks:
+        raise CheckUnsupported(f"the program did not compile as one graph on {device.type} "
+                               f"(graph breaks put part of it in eager): {'; '.join(breaks)}")
     names = ("index_add", "index_put", "scatter_add_", "sum")
     differing = [n for n, a, b in zip(names, first, second) if a != b]
     return CheckObservation(
@@ -179,6 +267,11 @@ def compiled_function_repeats(draw, entry, device: torch.device, mode: str) -> C
             "updates": UPDATES,
             "inductor_deterministic": inductor_on,
             "first_call_s": round(first_s, 3),
+            "compile_s": round(first_snap.compile_s + second_snap.compile_s, 3),
+            # Evidence that compiled code ran: Inductor graphs run per call (0 would be eager),
+            # and the ATen operators the compiler received (empty when its caches answered).
+            "graphs_run": [s.graphs_run for s in snaps],
+            "graph_ops": sorted(set(first_snap.ops) | set(second_snap.ops)),
             "differing": differing,
         },
     )
