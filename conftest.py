@@ -131,7 +131,12 @@ def _plan(config: pytest.Config):
 
         def compiles(entry):
             return check_compiles(entry.source, entry.id)
-    cases = plan(catalog, devices, list(dict.fromkeys(modes)), compilers, compiles=compiles)
+    import torch
+
+    # A promise limited to some releases (an entry's ``torch`` range) is planned as not
+    # applicable to the torch under test: --doc-version's release, else the installed one.
+    cases = plan(catalog, devices, list(dict.fromkeys(modes)), compilers, compiles=compiles,
+                 torch_version=str(torch.__version__), doc_version=config.getoption("--doc-version"))
     shard = getattr(config, "_detconf_shard", None)
     if shard is not None:
         from conformance.shard import select
@@ -632,6 +637,8 @@ def _environment(config: pytest.Config) -> dict:
     import torch
     from hypothesis import settings
 
+    from engine import mathmode
+
     def git(*args: str) -> str | None:
         # Only the suite's own checkout counts: an installed copy inside some other repository
         # (a venv in a project folder) must not report that repository's commit.
@@ -678,6 +685,10 @@ def _environment(config: pytest.Config) -> dict:
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "argv": list(config.invocation_params.args),
         "devices": devices,
+        # The float32 math mode of each device at the start (TF32, fp32_precision, ...): what a
+        # comparison with another device must allow for. A backend's own answer wins.
+        "math_mode": {b.name: mathmode.describe(b.name, precision=getattr(b, "math_precision", None))
+                      for b in config._detconf_backends},
     }
 
 

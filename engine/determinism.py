@@ -8,6 +8,10 @@
 - ``torch.utils.deterministic.fill_uninitialized_memory``;
 - the cuDNN flags ``deterministic`` and ``benchmark``;
 - Inductor's ``deterministic`` setting;
+- the float32 / reduced-precision math settings (:func:`engine.mathmode.capture`: TF32 for
+  cuBLAS and cuDNN, ``float32_matmul_precision``, the ``fp32_precision`` settings, the
+  reduced-precision reduction flags), shown one by one in :meth:`GlobalState.summary` as
+  ``math_mode.<setting>``;
 - the environment variables the suite or torch may set (:data:`GUARDED_ENV_VARS`);
 - with ``rng=True``, the torch (CPU and CUDA), ``random`` and NumPy generator states (inside
   :func:`preserved_rng`, which the harness opens once per case, torch's alone: the enclosing
@@ -31,13 +35,16 @@ import torch
 
 from detconf.gc_pause import gc_paused
 from detconf.vocabulary import DETERMINISTIC_MODES, MODES
+from engine import mathmode
 
-__all__ = ["GUARDED_ENV_VARS", "GlobalState", "apply_mode", "capture_state", "current_state", "deterministic_mode",
-           "mode_is_on", "preserved_global_state", "preserved_rng", "restore_state"]
+__all__ = ["GUARDED_ENV_VARS", "MATH_MODE_PREFIX", "GlobalState", "apply_mode", "capture_state", "current_state",
+           "deterministic_mode", "mode_is_on", "preserved_global_state", "preserved_rng", "restore_state"]
 
 # Environment variables the suite (CUBLAS_WORKSPACE_CONFIG, per the reproducibility
 # notes) or torch itself (see torch/_inductor/fx_passes/numeric_utils.py) may set.
 GUARDED_ENV_VARS = ("CUBLAS_WORKSPACE_CONFIG", "TORCHINDUCTOR_DETERMINISTIC")
+#: How :meth:`GlobalState.summary` names a math setting: ``math_mode.cudnn.allow_tf32``.
+MATH_MODE_PREFIX = "math_mode."
 
 _MISSING = object()
 
@@ -97,12 +104,15 @@ class GlobalState:
     cudnn_benchmark: bool
     inductor_deterministic: Any
     env: dict[str, str | None]
+    #: :func:`engine.mathmode.capture`: the float32 math settings (empty: not guarded).
+    math_mode: dict[str, Any] = field(default_factory=dict)
     rng: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def summary(self) -> dict[str, Any]:
-        """JSON-safe view of the flags (RNG states left out)."""
+        """JSON-safe view of the flags (RNG states left out); each math setting is a key of its
+        own (``math_mode.cudnn.allow_tf32``), so that a leak names it."""
         inductor = self.inductor_deterministic
-        return {
+        out = {
             "deterministic": self.deterministic,
             "warn_only": self.warn_only,
             "debug_mode": self.debug_mode,
@@ -112,6 +122,9 @@ class GlobalState:
             "inductor_deterministic": None if inductor is _MISSING else repr(inductor),
             "env": dict(self.env),
         }
+        for key, value in self.math_mode.items():
+            out[MATH_MODE_PREFIX + key] = value
+        return out
 
     as_dict = summary
 
@@ -141,6 +154,7 @@ def capture_state(*, rng: bool = False, python_rng: bool = True) -> GlobalState:
         cudnn_benchmark=cudnn_benchmark,
         inductor_deterministic=_MISSING if inductor is None else getattr(inductor, "deterministic", _MISSING),
         env={name: os.environ.get(name) for name in GUARDED_ENV_VARS},
+        math_mode=mathmode.capture(),
     )
     if rng:
         state.rng["torch"] = torch.default_generator.get_state()
@@ -217,6 +231,8 @@ def restore_state(state: GlobalState) -> None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+    if state.math_mode:
+        mathmode.restore(state.math_mode)
     _restore_rng(state)
 
 

@@ -7,6 +7,7 @@ import torch
 
 from engine import determinism
 from engine.determinism import GUARDED_ENV_VARS, current_state, deterministic_mode, preserved_global_state
+from engine.program import Program, recipe
 from tests.capabilities import has_inductor_deterministic, require_inductor_deterministic
 
 
@@ -170,3 +171,112 @@ def test_inside_a_case_guard_the_run_guards_leave_random_and_numpy_to_it():
     assert random.getstate() == py
     assert np.array_equal(np.random.get_state()[1], legacy[1])
 
+
+
+# ----------------------------------------------------------------------------- math modes
+def _flip_cudnn_tf32():
+    """``torch.backends.cudnn.allow_tf32 = not ...``, as a user writes it (even after torch's
+    test utilities froze the flags)."""
+    from engine.determinism import _flags_unfrozen
+
+    with _flags_unfrozen():
+        torch.backends.cudnn.allow_tf32 = not torch.backends.cudnn.allow_tf32
+
+
+MATH_FLIPS = {
+    "cudnn.allow_tf32": (_flip_cudnn_tf32, "math_mode.cudnn.allow_tf32"),
+    "set_float32_matmul_precision('high')": (lambda: torch.set_float32_matmul_precision("high"),
+                                             "math_mode.float32_matmul_precision"),
+}
+
+
+@pytest.mark.parametrize("flip", sorted(MATH_FLIPS))
+def test_the_guard_puts_back_a_math_mode_the_body_changed(flip):
+    import warnings
+
+    change, _ = MATH_FLIPS[flip]
+    before = current_state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither reading nor restoring warns (legacy and new API mixed)
+        with deterministic_mode("error"):
+            change()
+            assert current_state().math_mode != before.math_mode
+        assert current_state() == before
+        with pytest.raises(ZeroDivisionError):
+            with preserved_global_state():
+                change()
+                1 / 0
+        assert current_state() == before
+
+
+@pytest.mark.parametrize("flip", sorted(MATH_FLIPS))
+def test_the_summary_names_a_math_mode_leak(flip):
+    from tests.conftest import _snapshot, leaks
+
+    change, key = MATH_FLIPS[flip]
+    before = current_state()
+    change()
+    try:
+        was, now = before.summary(), current_state().summary()
+        changed = [k for k in was if was[k] != now.get(k)]
+        assert key in changed  # what conformance/harness.py:_check_no_leak reports
+        assert all(k.startswith("math_mode.") for k in changed)
+        assert any(c.startswith(key + ":") for c in leaks((was, {}), (now, {})))  # and the harness tests' check
+    finally:
+        determinism.restore_state(before)
+    assert current_state() == before
+
+
+@recipe("planted.leaks_cudnn_tf32", targets="aten.mul")
+def leaks_cudnn_tf32(draw, entry, case, device):
+    """Turns cuDNN's TF32 around while building its example (outside the runner's guard)."""
+    _flip_cudnn_tf32()
+    return Program(fn=lambda x: x * 2, inputs={"x": torch.arange(3.0, device=device)}, describe="leaks tf32")
+
+
+@recipe("planted.sets_matmul_precision_in_its_program", targets="aten.mm")
+def sets_matmul_precision(draw, entry, case, device):
+    """Asks for TF32 matmuls inside its program: the runner's guard puts it back after each run."""
+
+    def fn(x):
+        torch.set_float32_matmul_precision("high")
+        return x @ x
+
+    return Program(fn=fn, inputs={"x": torch.eye(2, device=device)}, describe="sets 'high'")
+
+
+def test_a_case_that_leaves_a_math_mode_changed_is_named_and_put_back():
+    """The harness's leak check (conformance/harness.py:_check_no_leak) on a recipe that turns
+    cuDNN's TF32 off while building its example, outside the runner's guard."""
+    from hypothesis import settings
+
+    from conformance.harness import judge
+    from conformance.plan import Case
+    from engine.devices import backends
+    from tests.planted import planted_entry
+
+    fast = settings(max_examples=1, derandomize=True, database=None, deadline=None)
+    before = current_state().summary()
+    leaky = judge(Case(planted_entry("planted.leaks_cudnn_tf32", "deterministic"), "cpu", "error", None, "program"),
+                  backends()["cpu"], hypothesis_settings=fast)
+    assert leaky["verdict"] == "harness-error"
+    assert "math_mode.cudnn.allow_tf32" in leaky["detail"]["error"]
+    assert current_state().summary() == before
+    tidy = judge(Case(planted_entry("planted.sets_matmul_precision_in_its_program", "deterministic"), "cpu", "error",
+                      None, "program"), backends()["cpu"], hypothesis_settings=fast)
+    assert tidy["verdict"] == "conforms", tidy.get("detail")
+    assert current_state().summary() == before
+
+
+def test_the_math_mode_guard_costs_little():
+    """The guard runs several times per example: the math settings add a few µs to it (resolved
+    once; read through torch._C). A generous bound: a loaded machine must not fail it."""
+    import timeit
+
+    from engine import mathmode
+
+    saved = mathmode.capture()
+    n = 2000
+    capture = min(timeit.repeat(mathmode.capture, number=n, repeat=5)) / n
+    restore = min(timeit.repeat(lambda: mathmode.restore(saved), number=n, repeat=5)) / n
+    assert capture < 100e-6 and restore < 100e-6, (capture, restore)
