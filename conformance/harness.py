@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import time
 import traceback
 import zlib
@@ -36,13 +37,13 @@ import conformance.registry  # noqa: F401  (registers every recipe and check)
 from conformance.kit import stable_draws
 from conformance.plan import Case
 from detconf.vocabulary import MODE_CALLS, SCHEMA_VERSION
-from engine import checks, fleet, program, verdict
+from engine import checks, comparison, fleet, program, strategies, verdict
 from engine.compiled import Compiler, compile_unavailable
 from engine.determinism import GlobalState, capture_state, preserved_rng, restore_state
 from engine.devices import Backend
 from engine.observation import Observation
 from engine.runner import RunOutcome, backend_gap, compare_values, eager_reach, missing_kernel, run_program, run_values
-from engine.trace import DispatchTrace, top_ops
+from engine.trace import DispatchTrace, reached, top_ops
 
 
 class _NonConforming(Exception):
@@ -172,7 +173,7 @@ def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
     # Off the CPU, a trace names the operator when the device cannot build the example (on the
     # CPU a failure to build is the recipe's own: nothing to name, and tracing would cost every
     # operator of the build a trip through Python).
-    building = DispatchTrace() if backend.name != "cpu" else None
+    building = DispatchTrace() if not backend.is_host else None
     try:
         with building if building is not None else contextlib.nullcontext():
             prog = recipe(_drawer(data), case.entry, kwargs, backend.torch_device())
@@ -188,6 +189,20 @@ def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
         obs = _harness_failure("recipe failed", exc)
         return _judged(case, expected, obs, {"error": obs.error, "case": kwargs,
                                              "traceback": traceback.format_exc(limit=4)})
+    return judge_program(case, expected, backend, prog, kwargs, targets, runs=runs, compiler=compiler, peer=peer,
+                         kernels=program.kernels_for(case.entry, kwargs, case.device))
+
+
+def kernel_name(group: tuple[str, ...]) -> str:
+    """A required kernel as rows name it: its spellings joined by ``|``."""
+    return "|".join(group)
+
+
+def judge_program(case: Case, expected: str, backend: Backend, prog: program.Program, kwargs: dict,
+                  targets: tuple[str, ...] | None, *, runs: int = 2, compiler: Compiler | None = None,
+                  peer: Backend | None = None, kernels: tuple[tuple[str, ...], ...] = ()) -> Record:
+    """Judge one built example of ``case`` on ``backend`` (inside its :meth:`~Backend.active`
+    context): the runs, the differential comparison under the program's rules, the verdict."""
     if case.phase == "backward-only" and not prog.grad_inputs:
         return _judged(case, expected, Observation(skipped="no differentiable input in this example: the "
                                                            "backward-only phase has nothing to run"), {})
@@ -198,6 +213,9 @@ def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
     outcome = run_program(prog, case.mode, runs=runs, synchronize=backend.synchronize, case=kwargs,
                           targets=targets, phase=case.phase, compiler=compiler, eager_reached=eager_reached)
     obs = outcome.observation
+    obs.numel = max((t.numel() for t in prog.inputs.values() if isinstance(t, torch.Tensor)), default=0)
+    if kernels:
+        obs.kernels = {kernel_name(g): reached(g, outcome.ops) and not prog.meta.get("unreachable") for g in kernels}
     if _needs_differential(case, expected, outcome, prog):
         obs.wrong_result = _differential(prog, outcome, backend, compiled=compiler is not None)
     record = _judged(case, expected, obs)
@@ -262,44 +280,103 @@ def _needs_differential(case: Case, expected: str, outcome: RunOutcome, prog: pr
             and verdict.verdict_for(expected, outcome.observation, listed=verdict.is_listed(case.entry)) == "conforms")
 
 
+def _precision(backend: Backend, outcome: RunOutcome, prog: program.Program, reference: Backend | None) -> comparison.Precision:
+    """The float32 precision of the program's results on ``backend`` and on ``reference`` (None:
+    the same device), for the math-mode families of the operators it ran, and the reduction
+    length (at most the largest input)."""
+    fams = comparison.families(outcome.ops)
+    reduction = max((t.numel() for t in prog.inputs.values() if isinstance(t, torch.Tensor)), default=1)
+
+    def coarsest(where: Backend) -> tuple[str, str]:
+        worst, why = "ieee", ""
+        for fam in fams:
+            p = where.float32_precision(fam)
+            if comparison.roundoff(p) > comparison.roundoff(worst):
+                worst, why = p, f"float32 {fam} in {p} on {where.name}"
+        return worst, why
+
+    actual, why_a = coarsest(backend)
+    ref, why_r = coarsest(reference) if reference is not None else (actual, why_a)
+    return comparison.Precision(actual=actual, reference=ref, reduction=reduction,
+                                why="; ".join(dict.fromkeys(w for w in (why_a, why_r) if w)))
+
+
+def _wide_inputs(prog: program.Program) -> program.Program:
+    """``prog`` with every floating input in float64 (complex in complex128)."""
+    wide = {name: (t.to(torch.complex128) if t.is_complex() else t.to(torch.float64))
+            if (t.is_floating_point() or t.is_complex()) else t for name, t in prog.inputs.items()}
+    return program.Program(fn=prog.fn, inputs=wide, grad_inputs=prog.grad_inputs, describe=prog.describe)
+
+
+def _nudged_inputs(prog: program.Program, step: int) -> program.Program:
+    """``prog`` with every floating input ``step`` units of float32 roundoff away (relatively)."""
+    nudged = {name: t * (1 + step * comparison.U32) if t.is_floating_point() or t.is_complex() else t
+              for name, t in prog.inputs.items()}
+    return program.Program(fn=prog.fn, inputs=nudged, grad_inputs=prog.grad_inputs, describe=prog.describe)
+
+
 def _differential(prog: program.Program, outcome: RunOutcome, backend: Backend, *, compiled: bool = False) -> str | None:
     """Deterministic but wrong is a failure: compare with the default (mode off)
     algorithm on the same device, run in eager (for a compiled program: compiled against
-    eager), and, off CPU, with a CPU reference."""
+    eager), and, off the host, with a CPU reference — each under the program's comparison rules
+    (:mod:`engine.comparison`: declared by its recipe or derived from its runs), which the
+    observation records."""
+    obs = outcome.observation
+    rules = comparison.derive(prog.compare, random=outcome.random)
+    obs.comparison = rules.describe()
+    if rules.runs_only:
+        return None
+    precision = _precision(backend, outcome, prog, None)
+    if precision.widened:
+        obs.comparison.append({"rule": "math-mode", "reason": precision.why})
     default = run_values(prog, "off")
     if default is not None:
-        problem = compare_values(outcome.values, default)
+        problem = comparison.compare(outcome.values, default, rules, inputs=prog.inputs, precision=precision)
         if problem and compiled:
-            return _adjudicate(prog, outcome, problem)
+            return _adjudicate(prog, outcome, problem, rules, precision)
         if problem:
             return f"vs default algorithm: {problem}"
-    if backend.name != "cpu":
+    if not backend.is_host:
+        cpu = torch.device("cpu")
         try:
-            reference = run_values(prog, "off", device=torch.device("cpu"))
+            with backend.on_host():
+                reference = run_values(prog, "off", device=cpu)
         except Exception:  # noqa: BLE001 - a recipe tied to its device has no CPU reference
             reference = None
         if reference is not None:
-            problem = compare_values(outcome.values, reference)
+            host = _host_backend()
+            precision = _precision(backend, outcome, prog, host)
+            problem = comparison.compare(outcome.values, reference, rules, inputs=prog.inputs, precision=precision)
+            if problem:
+                with backend.on_host():
+                    wide = run_values(_wide_inputs(prog), "off", device=cpu)
+                    neighbours = [run_values(_nudged_inputs(prog, step), "off", device=cpu) for step in (1, -1, 2, -2)]
+                problem = comparison.adjudicate(outcome.values, reference, wide, rules, inputs=prog.inputs,
+                                                precision=precision, neighbours=neighbours)
             if problem:
                 return f"vs CPU reference: {problem}"
     return None
 
 
-def _adjudicate(prog: program.Program, outcome: RunOutcome, problem: str) -> str | None:
+def _host_backend() -> Backend:
+    from engine.devices import backends
+
+    return backends()["cpu"]
+
+
+def _adjudicate(prog: program.Program, outcome: RunOutcome, problem: str, rules: comparison.Rules,
+                precision: comparison.Precision) -> str | None:
     """Compiled and eager disagree: which is wrong? Eager's own low-precision arithmetic can be
     the one that strays (CPU ``fractional_max_pool3d`` places its windows with bfloat16
     samples). Run eager again with every floating input in float64: a compiled result that
     agrees with that reference (within its dtype's tolerance) is not wrong, and the row says
     so; one that agrees with neither is ``wrong-result``."""
-    wide = {name: (t.to(torch.complex128) if t.is_complex() else t.to(torch.float64))
-            if (t.is_floating_point() or t.is_complex()) else t for name, t in prog.inputs.items()}
-    reference = run_values(program.Program(fn=prog.fn, inputs=wide, grad_inputs=prog.grad_inputs,
-                                           describe=prog.describe), "off")
+    reference = run_values(_wide_inputs(prog), "off")
     if reference is None or [label for label, _ in reference] != [label for label, _ in outcome.values]:
         return f"vs eager default algorithm: {problem}"
     narrowed = [(label, ref.to(actual.dtype) if ref.dtype != actual.dtype and (ref.is_floating_point() or ref.is_complex())
                  else ref) for (label, ref), (_, actual) in zip(reference, outcome.values)]
-    against_wide = compare_values(outcome.values, narrowed)
+    against_wide = comparison.compare(outcome.values, narrowed, rules, inputs=prog.inputs, precision=precision)
     if against_wide is None:
         outcome.observation.compiled["eager_differs"] = (f"eager differs ({problem}); the compiled result agrees "
                                                          "with a float64 eager reference")
@@ -312,7 +389,7 @@ def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObje
     fn = checks.check_for(case.entry.source, case.entry.id)
     # Off the CPU (eager), the check's operators are traced so that a device's missing operator
     # is named (unsupported) instead of read as the check's failure.
-    watch = DispatchTrace() if compiler is None and backend.name != "cpu" else None
+    watch = DispatchTrace() if compiler is None and not backend.is_host else None
     try:
         if compiler is not None:
             seen = fn(_drawer(data), case.entry, backend.torch_device(), case.mode, compiler=compiler)
@@ -327,7 +404,7 @@ def _check_record(case: Case, expected: str, backend: Backend, data: st.DataObje
         raise
     except Exception as exc:  # noqa: BLE001
         gap = backend_gap(exc, watch.failure if watch is not None else None)
-        if gap is None and backend.name != "cpu":  # e.g. in a fresh child process, where no trace runs
+        if gap is None and not backend.is_host:  # e.g. in a fresh child process, where no trace runs
             gap = missing_kernel(str(exc), backend.name)
         if gap is not None:
             return _judged(case, expected, Observation(unsupported=gap, check=True), {"unsupported": gap})
@@ -358,7 +435,7 @@ def drawn_programs(case: Case, device: torch.device, hypothesis_settings: settin
                     pass
 
     if hypothesis_settings.derandomize:
-        draw = hypothesis.seed(zlib.crc32(case.id.encode()))(draw)
+        draw = hypothesis.seed(case_seed(case))(draw)
     if hypothesis_settings.database is None:
         draw._hypothesis_internal_database_key = None
     with preserved_rng():
@@ -366,13 +443,44 @@ def drawn_programs(case: Case, device: torch.device, hypothesis_settings: settin
     return progs
 
 
+#: Runs per example in the stress tier (profile ``stress``), at least.
+STRESS_RUNS = 5
+
+
+def stress_tier() -> bool:
+    """Is this the stress tier (the ``stress`` profile's scale)?"""
+    return strategies.current_scale() == "stress"
+
+
+def _stress_limits(backend: Backend) -> strategies.Scale:
+    """The stress scale sized to the free memory of the case's device, shared by the test
+    workers that may run on it at once."""
+    free = None
+    if backend.free_memory is not None:
+        try:
+            free = backend.free_memory(backend.index or 0)
+        except Exception:  # noqa: BLE001 - a driver that cannot say: the ceiling
+            free = None
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    return strategies.stress_scale(None if free is None else free // workers)
+
+
 def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: settings | None = None) -> dict[str, Any]:
     """Run the case under Hypothesis; return the result row (JSON-safe).
+
+    In the stress tier (profile ``stress``) every example runs at least :data:`STRESS_RUNS`
+    times, its sizes follow the device's free memory (:func:`engine.strategies.stress_scale`),
+    and a case draws the same examples in every mode (seeded like a compiled case's shape
+    class), so that the positive control (mode off) and the deterministic modes judge
+    identical inputs.
 
     A case must leave every guarded global setting as it found it (determinism flags, cuDNN and
     Inductor settings, the environment variables the suite sets): one that does not is a
     ``harness-error`` naming what changed, and the setting is put back before the next case.
     """
+    if stress_tier():
+        runs = max(runs, STRESS_RUNS)
+        strategies.set_scale("stress", _stress_limits(backend))
     before = capture_state()
     # One guard for the generators of ``random`` and NumPy around the whole case: the runner's
     # guards inside it then keep to torch's generators (see preserved_global_state).
@@ -466,8 +574,9 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
 
     if parent.derandomize:
         # Derandomized profiles: each case draws its own fixed stream, keyed by its id
-        # (the same in every process and on every machine).
-        explore = hypothesis.seed(zlib.crc32(case.id.encode()))(explore)
+        # (the same in every process and on every machine); in the stress tier, by its id
+        # without the mode (the same examples in every mode).
+        explore = hypothesis.seed(case_seed(case))(explore)
     if parent.database is None:
         # No example database: no key for one either (Hypothesis would hash this function's
         # source, read from disk and tokenized, for every case).
@@ -485,13 +594,24 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
         if type(exc).__name__ in ("Flaky", "FlakyFailure", "FlakyReplay"):
             detail["flaky_replay"] = "the failure did not repeat when Hypothesis replayed it; verdict from first sight"
 
-    final = verdict.worst(r.verdict for r in records)
+    by_kernel = _kernel_reach(records)
+    unreached = [name for name, share in (by_kernel or {}).items() if share == 0]
+    final = verdict.with_kernels(verdict.worst(r.verdict for r in records), unreached)
     failing = [r for r in records if r.verdict == final]
     chosen = failing[-1] if failing else records[-1]
     detail.update(chosen.detail)
     row.update(_reach_fields(records))
+    if by_kernel is not None:
+        detail["reach_by_kernel"] = by_kernel
+        if unreached:
+            detail["unreached_kernels"] = unreached
     row.update(_compile_fields(records, compiler))
     row["d2d"] = _d2d_field(records, backend, peer)
+    sizes = [r.detail["numel"] for r in records if isinstance(r.detail.get("numel"), int)]
+    if sizes:
+        detail["max_numel"] = max(sizes)
+    if stress_tier():
+        detail["tier"] = "stress"
     detail["observed_per_example"] = sorted({r.observed for r in records})
     detail["verdicts_per_example"] = {v: sum(r.verdict == v for r in records) for v in sorted({r.verdict for r in records})}
     fingerprints = [r.detail.get("fingerprint") for r in records if r.detail.get("fingerprint")]
@@ -507,11 +627,25 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
     return _finish(row, started)
 
 
+def _judged_for_reach(records: list[Record]) -> list[Record]:
+    # Examples that could not run here (unsupported dtype, skipped) are not counted either way.
+    return [r for r in records if r.detail.get("reached") is not None and r.verdict not in ("unsupported", "skipped")]
+
+
+def _kernel_reach(records: list[Record]) -> dict[str, float] | None:
+    """Per required kernel, the share of the judged examples that reached it (None: the case
+    has no required kernels)."""
+    seen = [r for r in _judged_for_reach(records) if r.detail.get("kernels")]
+    if not seen:
+        return None
+    names = list(dict.fromkeys(name for r in seen for name in r.detail["kernels"]))
+    return {name: round(sum(bool(r.detail["kernels"].get(name)) for r in seen) / len(seen), 4) for name in names}
+
+
 def _reach_fields(records: list[Record]) -> dict[str, Any]:
     """``targets``, ``reach`` (share of the examples that ran and were judged, that reached a target) and ``dispatched``
     (the operators most examples dispatched, name -> examples) over a case's examples."""
-    # Examples that could not run here (unsupported dtype, skipped) are not counted either way.
-    judged = [r for r in records if r.detail.get("reached") is not None and r.verdict not in ("unsupported", "skipped")]
+    judged = _judged_for_reach(records)
     targets: list[str] = []
     for r in judged:
         for t in r.detail.get("targets") or []:
@@ -526,6 +660,13 @@ def _reach_fields(records: list[Record]) -> dict[str, Any]:
         "reach": round(sum(bool(r.detail["reached"]) for r in judged) / len(judged), 4) if judged else None,
         "dispatched": top_ops(counts),
     }
+
+
+def case_seed(case: Case) -> int:
+    """The seed of a case's examples under a derandomized profile: its id (the same in every
+    process and on every machine); in the stress tier its id without the mode, so that every
+    mode judges the same examples."""
+    return _class_seed(case) if stress_tier() else zlib.crc32(case.id.encode())
 
 
 def _class_seed(case: Case) -> int:
@@ -597,7 +738,7 @@ def failure_message(row: dict[str, Any], nodeid: str = "", *, rerun: str = "") -
         f"({row['examples']} examples, {row['runs']} runs each, torch {row['torch_version']})",
     ]
     for key in ("mismatch", "max_abs_diff", "raised", "warnings", "stderr_alerts", "error", "unsupported",
-                "wrong_result", "flaky_replay", "raise_documented_by", "compiled"):
+                "wrong_result", "unreached_kernels", "flaky_replay", "raise_documented_by", "compiled"):
         if d.get(key) not in (None, [], ""):
             lines.append(f"  {key}: {d[key]}")
     if d.get("example"):

@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
+from engine.comparison import Writes, admissible_set
 from engine.entry import Entry
 from engine.program import Program
 from engine.strategies import (SEED_RANGE, DUPLICATE_SHARES, build_indices, build_tensor, float_dtypes, scale_limits,
@@ -220,7 +221,13 @@ class Example:
 
     @property
     def large(self) -> bool:
-        return self.limits.name == "large"
+        return self.limits.name in ("large", "stress")
+
+    @property
+    def stress(self) -> bool:
+        """The stress tier: every size at the top of its range, the most colliding indices,
+        overlapping windows (see :func:`engine.strategies.stress_scale`)."""
+        return self.limits.name == "stress"
 
     def _int(self, lo: int, hi: int) -> int:
         """``st.integers(lo, hi)``'s draw: the same choice, straight from the choice sequence with
@@ -253,9 +260,16 @@ class Example:
         return self._stable.draw((self._class_key, self._class_draws), take, options)
 
     def integer(self, lo: int, hi: int) -> int:
-        """A drawn int in ``[lo, hi]`` (shrinks to ``lo``)."""
+        """A drawn int in ``[lo, hi]`` (shrinks to ``lo``); in the stress tier, ``hi``."""
         hi = max(lo, hi)
+        if self.stress:
+            return hi
         return self._class_draw(lambda: self._int(lo, hi), range(lo, hi + 1))
+
+    def ndim(self, lo: int, hi: int) -> int:
+        """A number of dimensions in ``[lo, hi]``; in the stress tier the fewest (one long axis
+        carries the whole budget: the most writes per destination, the longest scan)."""
+        return lo if self.stress else self.integer(lo, hi)
 
     def side(self, lo: int = 1, hi: int | None = None) -> int:
         """A dimension length; defaults to the scale's ``max_side``."""
@@ -341,7 +355,9 @@ class Example:
             shape = (shape,)
         shape = tuple(int(s) for s in shape)
         # The duplicate share exposes nondeterminism and changes no guard: drawn afresh every example.
-        share = 0.0 if unique else (self._pick(DUPLICATE_SHARES) if duplicates is None else duplicates)
+        if duplicates is None:
+            duplicates = max(DUPLICATE_SHARES) if self.stress else self._pick(DUPLICATE_SHARES)
+        share = 0.0 if unique else duplicates
         seed = self.seed()
         t = build_indices(shape, size, seed, duplicates=share, unique=unique, device=self.device, dtype=dtype)
         if t.numel() == 0:
@@ -364,13 +380,14 @@ class Example:
     # -- the program ---------------------------------------------------------
 
     def program(self, op: Callable[..., Any], *, grads: Sequence[str] = (), meta: dict[str, Any] | None = None,
-                note: str = "", **constants: Any) -> Program:
+                note: str = "", compare: Sequence[Any] = (), **constants: Any) -> Program:
         """The runnable example: ``op(**inputs, **constants)``.
 
         ``op`` is a module-level function (see the module notes); ``constants``
         are its keyword-only arguments. ``grads`` are the inputs to
         differentiate when the entry is about backward; they must be
-        floating-point or complex inputs.
+        floating-point or complex inputs. ``compare``: the outputs' comparison rules
+        (:mod:`engine.comparison`) against references other than the runs.
         """
         source = op_source(op)
         call = f"{op.__name__}(" + ", ".join(
@@ -385,7 +402,7 @@ class Example:
             full_meta["unreachable"] = self.unreachable
         full_meta.update(meta or {})
         return Program(fn=fn, inputs=dict(self.inputs), grad_inputs=grad_inputs, describe=self._describe(note),
-                       repro=self._repro(source, call, grad_inputs), meta=full_meta)
+                       repro=self._repro(source, call, grad_inputs), meta=full_meta, compare=tuple(compare))
 
     def _describe(self, note: str) -> str:
         parts = []
@@ -489,8 +506,8 @@ def num_indices(ex: Example, lo: int = 1) -> int:
 
 def index_put_parts(ex: Example, dtype: torch.dtype) -> tuple[int, int]:
     """``x`` plus 1 or 2 index tensors (``idx0``, ``idx1``) and matching ``values``; returns (k, n)."""
-    k = ex.integer(1, 2)
-    rest = shape(ex, ex.integer(0, 1))
+    k = 1 if ex.stress else ex.integer(1, 2)  # stress: one index tensor over few targets
+    rest = shape(ex, ex.ndim(0, 1))
     lead: tuple[int, ...] = ()
     for _ in range(k):
         lead += (target_side(ex, others=math.prod(lead) * math.prod(rest)),)
@@ -524,6 +541,68 @@ def pool_input(ex: Example, n: int, *, mins: int | Sequence[int] = 1, dtype: tor
 def window(ex: Example, sides: Sequence[int]) -> tuple[int, int, int]:
     """kernel, stride and padding for a window that fits ``sides``; stride < kernel overlaps windows."""
     k = ex.integer(1, min(3, min(sides)))
+    if ex.stress:  # the widest window at stride 1: every input under k**d overlapping windows
+        return k, 1, k // 2
     stride = ex.integer(1, k)
     padding = ex.integer(0, k // 2)
     return k, stride, padding
+
+
+# ---------------------------------------------------------------------------
+# Duplicate writes: where the docs leave the winner undefined (engine.comparison)
+
+#: Why a recipe of an op whose duplicate writes have an undefined winner compares by admissible set.
+UNDEFINED_WINNER = ("the docs leave the result of duplicate writes undefined: another device or algorithm may let "
+                    "another write win")
+
+
+def _ids(x: torch.Tensor) -> torch.Tensor:
+    """Each element's flat position, in ``x``'s shape, on the CPU."""
+    return torch.arange(x.numel()).reshape(x.shape)
+
+
+def _cpu(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu()
+
+
+def index_copy_writes(*, dim: int, x: str = "x", index: str = "index", source: str = "source") -> Any:
+    """``x.index_copy(dim, index, source)``: slice ``j`` of ``source`` goes to slice ``index[j]``."""
+
+    def writes(inputs):
+        positions = _ids(inputs[x]).index_select(dim, _cpu(inputs[index]))
+        return {"out": Writes(positions, _cpu(inputs[source]))}
+
+    return admissible_set(writes, UNDEFINED_WINNER)
+
+
+def index_put_writes(*, x: str = "x", indices: Sequence[str] = ("idx0",), values: str = "values") -> Any:
+    """``x.index_put(tuple(indices), values)``: ``values`` (broadcast) go to ``x[indices]``."""
+
+    def writes(inputs):
+        positions = _ids(inputs[x])[tuple(_cpu(inputs[name]) for name in indices)]
+        return {"out": Writes(positions, torch.broadcast_to(_cpu(inputs[values]), positions.shape))}
+
+    return admissible_set(writes, UNDEFINED_WINNER)
+
+
+def scatter_writes(*, dim: int, x: str = "x", index: str = "index", src: str = "src") -> Any:
+    """``x.scatter(dim, index, src)``: ``src[i]`` (over ``index``'s shape) goes to the position
+    ``index`` names along ``dim``."""
+
+    def writes(inputs):
+        idx = _cpu(inputs[index])
+        positions = _ids(inputs[x]).gather(dim, idx)
+        values = _cpu(inputs[src])[tuple(slice(0, s) for s in idx.shape)]
+        return {"out": Writes(positions, values)}
+
+    return admissible_set(writes, UNDEFINED_WINNER)
+
+
+def put_writes(*, x: str = "x", index: str = "index", source: str = "source") -> Any:
+    """``x.put_(index, source)`` on the flattened ``x`` (negative indices count from the end)."""
+
+    def writes(inputs):
+        n = max(1, inputs[x].numel())
+        return {"out": Writes(_cpu(inputs[index]).reshape(-1) % n, _cpu(inputs[source]).reshape(-1))}
+
+    return admissible_set(writes, UNDEFINED_WINNER)

@@ -5,6 +5,10 @@
   database, no deadline: identical rows from ``-n 0``, ``-n auto`` and an
   isolated child process.
 - ``thorough``: 100 examples; with it, strategies draw large tensors (scale ``large``).
+- ``stress``: the stress tier: 2 derandomized examples per case built to make races visible
+  (scale ``stress``: sizes at the top of their range up to 4 Mi elements, sized to the device's
+  free memory, thousands of writes per destination, overlapping windows), the same examples in
+  every mode, at least :data:`conformance.harness.STRESS_RUNS` runs each.
 """
 from hypothesis import settings
 
@@ -14,8 +18,9 @@ PROFILES = {
     "dev": dict(max_examples=10, derandomize=False, deadline=None),
     "ci": dict(max_examples=6, derandomize=True, database=None, deadline=None, print_blob=True),
     "thorough": dict(max_examples=100, derandomize=False, deadline=None),
+    "stress": dict(max_examples=2, derandomize=True, database=None, deadline=None, print_blob=True),
 }
-SCALE_FOR_PROFILE = {"dev": "small", "ci": "small", "thorough": "large"}
+SCALE_FOR_PROFILE = {"dev": "small", "ci": "small", "thorough": "large", "stress": "stress"}
 
 def register() -> None:
     """(Re-)register the profiles: other code (torch's test utilities) may register its own under our names."""

@@ -50,16 +50,21 @@ from conformance.kit import (
     NO_HALF,
     Example,
     forward_backward,
+    index_copy_writes,
     index_put_parts,
+    index_put_writes,
     ndims_for,
     num_indices,
     pool_input,
+    put_writes,
+    scatter_writes,
     shape,
     target_side,
     window,
 )
 from engine.entry import Entry
 from engine.program import Program, recipe
+from engine.trace import Targets
 
 # Targets (engine.trace): the ATen operators each sentence is about, declared on each recipe.
 # Reach is judged on the operators dispatched below autograd: composite ops show up as what
@@ -135,12 +140,13 @@ def index_put(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     dtype = ex.dtype(("floating", "integer"))
     accumulate = ex.kwarg("accumulate", (False, True))
     k, _ = index_put_parts(ex, dtype)
+    compare = () if accumulate else (index_put_writes(indices=("idx0", "idx1")[:k]),)
     if k == 1 and ex.form == "Tensor.index_put_":
-        return ex.program(index_put_inplace_op, grads=("x", "values"), accumulate=accumulate)
+        return ex.program(index_put_inplace_op, grads=("x", "values"), compare=compare, accumulate=accumulate)
     if k == 1 and ex.form == "torch.index_put":
-        return ex.program(torch_index_put_op, grads=("x", "values"), accumulate=accumulate)
+        return ex.program(torch_index_put_op, grads=("x", "values"), compare=compare, accumulate=accumulate)
     op = index_put_op if k == 1 else index_put_pair_op
-    return ex.program(op, grads=("x", "values"), accumulate=accumulate)
+    return ex.program(op, grads=("x", "values"), compare=compare, accumulate=accumulate)
 
 
 def put_op(x, index, source, *, accumulate, clone):
@@ -167,23 +173,24 @@ def put_(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     ex = Example(draw, entry, case, device)
     dtype = ex.dtype(("floating", "integer"))
     accumulate = ex.kwarg("accumulate", (False, True))
-    size = shape(ex, ex.integer(1, 3))
+    size = (ex.limits.max_bins,) if ex.stress else shape(ex, ex.integer(1, 3))  # stress: few targets
     ex.tensor("x", size, dtype)
     n = num_indices(ex)
     ex.indices("index", n, math.prod(size))
     ex.tensor("source", (n,), dtype)
+    compare = () if accumulate else (put_writes(),)
     if ex.form == "Tensor.put":
-        return ex.program(put_method_op, grads=("x", "source"), accumulate=accumulate)
+        return ex.program(put_method_op, grads=("x", "source"), compare=compare, accumulate=accumulate)
     if ex.form == "torch.put":
-        return ex.program(torch_put_op, grads=("x", "source"), accumulate=accumulate)
-    return ex.program(put_op, grads=("x", "source"), accumulate=accumulate, clone=entry.backward)
+        return ex.program(torch_put_op, grads=("x", "source"), compare=compare, accumulate=accumulate)
+    return ex.program(put_op, grads=("x", "source"), compare=compare, accumulate=accumulate, clone=entry.backward)
 
 
 def _dim_and_source(ex: Example, dtype: torch.dtype, *, src_name: str = "source",
                     unique: bool = False) -> tuple[int, int]:
     """``x`` of 1-3 dims, a ``dim``, 1-D ``index`` into ``x.size(dim)`` and a matching source."""
     lo, hi = ndims_for(ex.entry)
-    ndim = ex.integer(lo, hi)
+    ndim = ex.ndim(lo, hi)
     dim = ex.integer(0, ndim - 1)
     size = list(shape(ex, ndim))
     size[dim] = target_side(ex, others=math.prod(size) // size[dim])
@@ -222,7 +229,7 @@ def index_copy(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     dim, _ = _dim_and_source(ex, dtype)
     ex.kwargs["dim"] = dim
     op = {"Tensor.index_copy_": index_copy_inplace_op, "torch.index_copy": torch_index_copy_op}.get(ex.form, index_copy_op)
-    return ex.program(op, grads=("x", "source"), dim=dim)
+    return ex.program(op, grads=("x", "source"), compare=(index_copy_writes(dim=dim),), dim=dim)
 
 
 def index_add_op(x, index, source, *, dim, alpha):
@@ -279,7 +286,7 @@ def index_reduce(draw, entry: Entry, case: dict, device: torch.device) -> Progra
     include_self = ex.kwarg("include_self", (True, False))
     lo, hi = (0.5, 1.5) if reduce == "prod" else (-10, 10)
     lo_q, hi_q = ndims_for(entry)
-    ndim = ex.integer(lo_q, hi_q)
+    ndim = ex.ndim(lo_q, hi_q)
     dim = ex.integer(0, ndim - 1)
     size = list(shape(ex, ndim))
     size[dim] = target_side(ex, others=math.prod(size) // size[dim])
@@ -311,7 +318,7 @@ def index_select(draw, entry: Entry, case: dict, device: torch.device) -> Progra
     ex = Example(draw, entry, case, device)
     dtype = ex.dtype(("floating",))
     lo, hi = ndims_for(entry)
-    ndim = ex.integer(lo, hi)
+    ndim = ex.ndim(lo, hi)
     dim = ex.integer(0, ndim - 1)
     size = list(shape(ex, ndim))
     size[dim] = target_side(ex, others=math.prod(size) // size[dim])
@@ -328,7 +335,7 @@ def _gather_scatter_parts(ex: Example, dtype: torch.dtype, *, src: bool, low: fl
                           high: float = 10) -> int:
     """``x``, a ``dim``, an ``index`` no larger than ``x`` off ``dim`` and (optionally) ``src`` shaped like it."""
     lo, hi = ndims_for(ex.entry)
-    ndim = ex.integer(lo, hi)
+    ndim = ex.ndim(lo, hi)
     dim = ex.integer(0, ndim - 1)
     size = list(shape(ex, ndim))
     size[dim] = target_side(ex, others=math.prod(size) // size[dim])
@@ -414,7 +421,7 @@ def scatter(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     if reducing:
         return ex.program(scatter_reducing_op, grads=("x", "src"), dim=dim, reduce=reduce)
     op = {"Tensor.scatter_": scatter_inplace_op, "torch.scatter": torch_scatter_op}.get(ex.form, scatter_op)
-    return ex.program(op, grads=("x", "src"), dim=dim)
+    return ex.program(op, grads=("x", "src"), compare=(scatter_writes(dim=dim),), dim=dim)
 
 
 def scatter_add_op(x, index, src, *, dim, clone):
@@ -536,7 +543,7 @@ def cumsum(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.cumsum(x, dim)`` over floating (or the entry's) dtypes; long scans on the large scale."""
     ex = Example(draw, entry, case, device)
     dtype = ex.dtype(("floating", "complex"))
-    ndim = ex.integer(1, 3)
+    ndim = ex.ndim(1, 3)
     size = shape(ex, ndim)
     dim = ex.integer(0, ndim - 1)
     ex.tensor("x", size, dtype, contiguous=None)
@@ -572,7 +579,7 @@ def median(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.median(x, dim)`` -> (values, indices) when the entry is about the indices output, else ``torch.median(x)``."""
     ex = Example(draw, entry, case, device)
     dtype = ex.dtype(("floating",))
-    ndim = ex.integer(1, 3)
+    ndim = ex.ndim(1, 3)
     size = shape(ex, ndim)
     _tied_values(ex, size, dtype)
     with_indices = entry.indices_output or "dim" in case
@@ -592,7 +599,7 @@ def kthvalue(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     """``torch.kthvalue(x, k, dim)`` -> (values, indices), with ties."""
     ex = Example(draw, entry, case, device)
     dtype = ex.dtype(("floating",))
-    ndim = ex.integer(1, 3)
+    ndim = ex.ndim(1, 3)
     size = shape(ex, ndim)
     dim = ex.integer(0, ndim - 1)
     k = ex.integer(1, size[dim])
@@ -611,7 +618,7 @@ def repeat_interleave(draw, entry: Entry, case: dict, device: torch.device) -> P
     """``torch.repeat_interleave(x, repeats, dim)``; its backward sums the repeated slices (an index_add)."""
     ex = Example(draw, entry, case, device)
     dtype = ex.dtype(("floating",))
-    ndim = ex.integer(1, 3)
+    ndim = ex.ndim(1, 3)
     dim = ex.integer(0, ndim - 1)
     size = shape(ex, ndim)
     ex.tensor("x", size, dtype, contiguous=None)
@@ -784,7 +791,7 @@ def resize_(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     grow = ex.kwarg("grow", (True, False))
     old_numel = math.prod(old)
     if grow:
-        new_numel = ex.integer(old_numel + 1, old_numel + ex.limits.max_side * 4)
+        new_numel = ex.integer(old_numel + 1, old_numel + min(ex.limits.max_side * 4, ex.limits.max_numel))
     else:
         new_numel = ex.integer(0, old_numel - 1) if old_numel > 1 else 0
     new_shape = (new_numel,)
@@ -1168,8 +1175,17 @@ def reflection_pad3d(draw, entry, case, device):
     return _pad(draw, entry, case, device, 3, "reflect")
 
 
+def _replicate_backward(n: int) -> Targets:
+    """A deterministic promise is about the user's call: the routes torch takes for it are its
+    targets. On CUDA, ``F.pad(mode='replicate')`` under the mode (at the forward) runs a
+    decomposition whose backward is ``_unsafe_index_put`` (accumulating): that is how the promise
+    holds in the ``program`` phase; the native backward kernel runs in ``backward-only``."""
+    native = f"aten.replication_pad{n}d_backward"
+    return Targets.of(native, cuda=(native, "aten._unsafe_index_put"))
+
+
 @recipe("torch.nn.ReplicationPad1d",
-        targets=forward_backward("aten.replication_pad1d", "aten.replication_pad1d_backward"),
+        targets=forward_backward("aten.replication_pad1d", _replicate_backward(1)),
         forms=_MODULE_FORMS)
 def replication_pad1d(draw, entry, case, device):
     """``nn.ReplicationPad1d`` as ``F.pad(x, pad, mode='replicate')``."""
@@ -1177,7 +1193,7 @@ def replication_pad1d(draw, entry, case, device):
 
 
 @recipe("torch.nn.ReplicationPad2d",
-        targets=forward_backward("aten.replication_pad2d", "aten.replication_pad2d_backward"),
+        targets=forward_backward("aten.replication_pad2d", _replicate_backward(2)),
         forms=_MODULE_FORMS)
 def replication_pad2d(draw, entry, case, device):
     """``nn.ReplicationPad2d`` as ``F.pad(x, pad, mode='replicate')``."""
@@ -1185,7 +1201,7 @@ def replication_pad2d(draw, entry, case, device):
 
 
 @recipe("torch.nn.ReplicationPad3d",
-        targets=forward_backward("aten.replication_pad3d", "aten.replication_pad3d_backward"),
+        targets=forward_backward("aten.replication_pad3d", _replicate_backward(3)),
         forms=_MODULE_FORMS)
 def replication_pad3d(draw, entry, case, device):
     """``nn.ReplicationPad3d`` as ``F.pad(x, pad, mode='replicate')``."""
@@ -1355,21 +1371,45 @@ def grid_sample_op(x, grid, *, mode, padding_mode, align_corners):
     return F.grid_sample(x, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
 
 
+_GRID_SAMPLER_BACKWARD = ("aten.grid_sampler_2d_backward", "aten.grid_sampler_3d_backward")
+#: On CUDA the sentence covers three backward kernels, each of which a case must reach: the native
+#: 2-D and 3-D ones and cuDNN's, which ``torch.grid_sampler`` picks for a 4-D float, half or double
+#: input with bilinear sampling, zero padding, ``align_corners=True``, at most 1,024 channels and
+#: 32-bit indexing while cuDNN is enabled.
+_GRID_SAMPLE_BACKWARD = Targets(_GRID_SAMPLER_BACKWARD, required={"cuda": (
+    ("aten.grid_sampler_2d_backward",), ("aten.grid_sampler_3d_backward",), ("aten.cudnn_grid_sampler_backward",))})
+_CUDNN_DTYPES = (torch.float32, torch.float16, torch.float64)
+
+
+#: The routes a differentiated grid_sample takes, each with its own backward kernel: every example
+#: runs each (a form), so that a case reaches all three.
+_GRID_ROUTES = ("native 2-D", "native 3-D", "cuDNN")
+
+
 @recipe("torch.nn.functional.grid_sample",
-        targets=forward_backward(("aten.grid_sampler_2d", "aten.grid_sampler_3d"),
-                                 ("aten.grid_sampler_2d_backward", "aten.grid_sampler_3d_backward")))
+        targets=forward_backward(("aten.grid_sampler_2d", "aten.grid_sampler_3d"), _GRID_SAMPLE_BACKWARD),
+        forms=lambda entry: _GRID_ROUTES if entry.backward else ())
 def grid_sample(draw, entry, case, device):
     """``F.grid_sample(x, grid, mode, padding_mode, align_corners)``.
 
     A dense output grid over a small input makes many samples share input
-    pixels, which is what collides in backward.
+    pixels, which is what collides in backward. An entry about differentiation runs each
+    route (``form``): a 2-D or a 3-D input with drawn options (the native kernels), and the
+    conditions of cuDNN's sampler (4-D float, half or double input, bilinear, zeros,
+    ``align_corners=True``; on the CPU the native 2-D kernel runs them).
     """
     ex = Example(draw, entry, case, device)
     dtype = ex.dtype(("floating",))
-    mode = ex.kwarg("mode", ("bilinear", "nearest", "bicubic"))
-    padding_mode = ex.kwarg("padding_mode", ("zeros", "border", "reflection"))
-    align_corners = ex.kwarg("align_corners", (False, True))
-    n_sp = 2 if mode == "bicubic" else ex.choice((2, 3))
+    if ex.form == "cuDNN":
+        dtype = dtype if dtype in _CUDNN_DTYPES else torch.float32
+        mode, padding_mode, align_corners = (ex.kwarg("mode", ("bilinear",)), ex.kwarg("padding_mode", ("zeros",)),
+                                             ex.kwarg("align_corners", (True,)))
+        n_sp = 2
+    else:
+        mode = ex.kwarg("mode", ("bilinear", "nearest") if ex.form == "native 3-D" else ("bilinear", "nearest", "bicubic"))
+        padding_mode = ex.kwarg("padding_mode", ("zeros", "border", "reflection"))
+        align_corners = ex.kwarg("align_corners", (False, True))
+        n_sp = {"native 2-D": 2, "native 3-D": 3}.get(ex.form) or (2 if mode == "bicubic" else ex.choice((2, 3)))
     n, c = ex.batch(), ex.channels()
     sides = ex.spatial(n_sp, budget=ex.limits.max_numel // (n * c))
     ex.tensor("x", (n, c) + sides, dtype, contiguous=None)

@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 
 from conformance import recipes as torch_docs_recipes
-from conformance.kit import NO_HALF, Example, index_put_parts, pool_input, shape, window
+from conformance.kit import NO_HALF, Example, index_put_parts, index_put_writes, pool_input, shape, window
 from engine.entry import Entry
 from engine.program import Program, RecipeSkipped, recipe
 from engine.trace import Targets
@@ -395,7 +395,8 @@ def tensor_index_put_(draw, entry, case, device):
     accumulate = ex.kwarg("accumulate", (False, True))
     k, _ = index_put_parts(ex, dtype)
     op = index_put_idx0_op if k == 1 else index_put_idx0_idx1_op
-    return ex.program(op, grads=("x", "values"), accumulate=accumulate)
+    compare = () if accumulate else (index_put_writes(indices=("idx0", "idx1")[:k]),)
+    return ex.program(op, grads=("x", "values"), compare=compare, accumulate=accumulate)
 
 
 # ---------------------------------------------------------------------------

@@ -38,6 +38,7 @@ import torch
 from hypothesis import strategies as st
 
 from conformance import sweep
+from engine import comparison
 from engine.entry import Entry
 from engine.program import NOT_JUDGED, Program, RecipeSkipped, recipe_prefix
 from engine.runner import UNSUPPORTED, missing_kernel
@@ -383,6 +384,34 @@ def _differentiable(value: Any) -> bool:
 
 
 # ---------------------------------------------------------------------------
+# Comparison rules of outputs that other devices may compute otherwise (engine.comparison)
+
+
+def eigenvector_projectors(v: torch.Tensor) -> torch.Tensor:
+    """The projector ``v_k v_k^H`` of each eigenvector (column ``k``): unique where the
+    eigenvector is unique only up to sign (real) or phase (complex)."""
+    return torch.einsum("...ik,...jk->...kij", v, v.conj())
+
+
+_SIGN = ("eigenvectors are unique up to sign (phase): another device's solver may return the other one; "
+         "compared through their projectors")
+_SIGNED_GRADIENT = "the gradient of a sign-ambiguous output depends on the sign the solver chose"
+_SAVED_STATS = ("the saved mean and inverse standard deviation of batch norm's eval mode are "
+                "implementation-defined (CUDA returns them, the CPU empty tensors)")
+#: Declared rules per OpInfo name (the sweep has no recipe of its own per op). Random ops get
+#: theirs from their runs (engine.comparison.derive: the generator moved).
+RULES: dict[str, tuple[comparison.Rule, ...]] = {
+    "linalg.eigh": (comparison.invariant(eigenvector_projectors, _SIGN, outputs=("out[1]", "out[out][1]")),
+                    comparison.runs_only(_SIGNED_GRADIENT, outputs=("out[grad_out]", "grad"))),
+    "native_batch_norm": (comparison.runs_only(_SAVED_STATS, outputs=(
+        "out[1]", "out[2]", "out[out][1]", "out[out][2]", "out[grad_out][1]", "out[grad_out][2]")),),
+    "torch._scaled_mm": (comparison.runs_only("float8 scaled matmul: saturation, scaling and accumulation are "
+                                              "implementation-defined per device"),),
+}
+RULES["_native_batch_norm_legit"] = RULES["native_batch_norm"]
+
+
+# ---------------------------------------------------------------------------
 # The recipe
 
 
@@ -464,6 +493,7 @@ def opinfo_sample(draw, entry: Entry, case: dict, device: torch.device) -> Progr
         meta={"opinfo": name, "sample_index": index, "samples": len(samples), "seed": seed,
               "dtype": str(dtype), "backward": backward, "reseeded": reseed,
               "uninitialized": name in sweep.UNINITIALIZED_OPS},
+        compare=RULES.get(name, ()),
     )
 
 

@@ -72,6 +72,15 @@ class Backend:
     origin: str = "built-in"
     #: A built-in fallback that yields to a backend of the same name from a distribution.
     fallback: bool = False
+    #: Is the device the host (the CPU)? Its results need no CPU reference. None: ``name == "cpu"``.
+    host: bool | None = None
+    #: The effective float32 precision (``ieee``, ``tf32``, ``bf16``) of an operator family
+    #: (``conv``, ``matmul``) on this device now. None: :func:`engine.mathmode.float32_precision`
+    #: reads torch's settings for the device type.
+    math_precision: Callable[[str], str] | None = None
+    #: A context in which the harness computes a host (CPU) reference while a case runs on this
+    #: device: a device emulated on the host leaves its emulation there. None: nothing to leave.
+    host_context: Callable[[], ContextManager] | None = None
 
     def on(self, index: int | None) -> "Backend":
         """This backend bound to device ``index``."""
@@ -88,6 +97,22 @@ class Backend:
             return max(0, int(self.device_count()))
         except Exception:  # noqa: BLE001 - a broken driver counts no devices
             return 0
+
+    @property
+    def is_host(self) -> bool:
+        return self.name == "cpu" if self.host is None else bool(self.host)
+
+    def float32_precision(self, family: str) -> str:
+        """The effective float32 precision of ``family`` operators on this device."""
+        if self.math_precision is not None:
+            return str(self.math_precision(family))
+        from engine import mathmode
+
+        return mathmode.float32_precision(self.name, family)
+
+    def on_host(self) -> ContextManager:
+        """The context of a host reference computed while a case runs here."""
+        return self.host_context() if self.host_context is not None else contextlib.nullcontext()
 
     def model(self, index: int) -> str:
         fn = self.device_model or (lambda i: self.device_name())

@@ -37,9 +37,12 @@ class Observation:
     - ``max_abs_diff``: largest absolute difference among differing float tensors.
     - ``fingerprint``: SHA-256 over run 0's bytes (outputs and gradients).
     - ``example`` / ``repro`` / ``case``: what ran, and the source that rebuilds it.
+    - ``numel``: elements of the example's largest input (the load it put on the kernel).
     - ``dispatched``: the most frequent ATen operators the runs dispatched (name → calls).
     - ``targets``: the operators the entry's sentence is about (None: reach not judged).
     - ``reached``: whether a run dispatched a target (None: not judged).
+    - ``kernels``: each kernel the case must reach (``Targets.required``; its spellings joined
+      by ``|``) → whether this example's runs dispatched it (empty: the case has none).
     - ``unreachable``: why the example cannot reach its kernel whatever it dispatches
       (an empty index: the kernel returns before it runs).
     - ``stderr_alerts`` / ``stderr_alert_runs``: alerts that C++ printed on stderr in runs where
@@ -51,6 +54,8 @@ class Observation:
     Added by the harness:
 
     - ``wrong_result``: deterministic, but different from the default algorithm or a CPU reference.
+    - ``comparison``: the rules the references were compared under (:mod:`engine.comparison`),
+      each with its reason, and the float32 math mode that widened a tolerance.
     - ``check`` / ``held``: a check observed the entry; whether the documented behaviour held
       (None: nothing promised, recorded only).
     - ``skipped``: why the example could not be observed here.
@@ -74,15 +79,18 @@ class Observation:
     example: str = ""
     repro: str = ""
     case: dict[str, Any] = field(default_factory=dict)
+    numel: int | None = None
     dispatched: dict[str, int] = field(default_factory=dict)
     targets: list[str] | None = None
     reached: bool | None = None
+    kernels: dict[str, bool] = field(default_factory=dict)
     unreachable: str | None = None
     stderr_alerts: list[str] = field(default_factory=list)
     stderr_alert_runs: int = 0
     alert_wrapped: str | None = None
     compiled: dict[str, Any] = field(default_factory=dict)
     wrong_result: str | None = None
+    comparison: list[dict[str, Any]] = field(default_factory=list)
     check: bool = False
     held: bool | None = None
     skipped: str | None = None

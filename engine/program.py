@@ -75,6 +75,9 @@ class Program:
     - ``describe``: a short human-readable account of the example (shapes,
       dtypes, kwargs) for reproducers.
     - ``repro``: Python source that rebuilds the example, where practical.
+    - ``compare``: the comparison rules of its outputs against references that are not runs of
+      itself (:mod:`engine.comparison`): e.g. ``admissible-set`` where duplicate writes leave the
+      winner undefined. Empty: the engine derives what it can, else ``tolerance``.
     """
 
     fn: Callable[..., Any]
@@ -83,6 +86,7 @@ class Program:
     describe: str = ""
     repro: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    compare: tuple[Any, ...] = ()
 
 
 def _spec_for(op: str, targets: Any) -> Any:
@@ -180,6 +184,20 @@ def targets_for(entry: Any, case: Mapping[str, Any], device_type: str) -> tuple[
     if spec == NOT_JUDGED:
         return None
     return Targets.of(spec).for_device(device_type)
+
+
+def kernels_for(entry: Any, case: Mapping[str, Any], device_type: str) -> tuple[tuple[str, ...], ...]:
+    """The kernels (groups of alternative operators) that the examples of a case of ``entry`` on
+    ``device_type`` must each reach (:attr:`engine.trace.Targets.required`); empty when any
+    target will do or reach is not judged."""
+    spec = _lookup(entry.op, _TARGETS, _PREFIX_TARGETS)
+    if spec is _ABSENT:
+        return ()
+    if callable(spec) and not isinstance(spec, Targets):
+        spec = spec(entry, dict(case))
+    if spec is None or spec == NOT_JUDGED:
+        return ()
+    return Targets.of(spec).kernels_for(device_type)
 
 
 def recipe_for(op: str) -> Recipe:

@@ -26,6 +26,7 @@ import torch
 from collections import Counter
 
 from detconf.vocabulary import PHASES
+from engine import comparison
 from engine.compiled import CompileSnapshot, Compiler, compiled_reach, is_compile_failure
 from engine.determinism import apply_mode, deterministic_mode
 from engine.observation import Observation
@@ -70,6 +71,7 @@ class RunRecord:
     stderr_alerts: list[str] = field(default_factory=list)  # alerts C++ printed that no Python warning carried
     compiled: CompileSnapshot | None = None  # under torch.compile: graphs run, their operators, breaks
     failed_op: str | None = None  # the operator a device could not run (a backend gap)
+    drew_random: bool = False  # a random generator's state moved during the run
 
 
 @dataclass
@@ -78,6 +80,10 @@ class RunOutcome:
 
     observation: Observation
     values: list[tuple[str, torch.Tensor]] | None = None
+    #: Every operator the runs dispatched (eager) or their compiled graphs ran.
+    ops: frozenset[str] = frozenset()
+    #: Evidence that the program draws from a random generator (None: it does not).
+    random: str | None = None
 
 
 def dense_cpu(t: torch.Tensor) -> torch.Tensor:
@@ -262,6 +268,31 @@ def _stderr_lines():
                 sys.stderr.write(text)
 
 
+def _generators(program: Program) -> list[Callable[[], torch.Tensor]]:
+    """Readers of the random generators the program can draw from: the CPU's, and the default
+    generator of each other device its inputs live on (where the device module can read it)."""
+    readers: list[Callable[[], torch.Tensor]] = [torch.default_generator.get_state]
+    seen = set()
+    for t in program.inputs.values():
+        if isinstance(t, torch.Tensor) and t.device.type != "cpu" and t.device not in seen:
+            seen.add(t.device)
+            module = getattr(torch, t.device.type, None)
+            get = getattr(module, "get_rng_state", None)
+            if get is not None:
+                readers.append(functools.partial(get, t.device.index or 0))
+    return readers
+
+
+def _states(readers: list[Callable[[], torch.Tensor]]) -> list[torch.Tensor | None]:
+    out: list[torch.Tensor | None] = []
+    for read in readers:
+        try:
+            out.append(read().clone())
+        except Exception:  # noqa: BLE001 - a device that cannot say: no evidence either way
+            out.append(None)
+    return out
+
+
 def _off_cpu(program: Program) -> bool:
     """Does any input of ``program`` live on a device other than the CPU?"""
     return any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in program.inputs.values())
@@ -286,11 +317,13 @@ def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | 
     call = fn or program.fn
     watch = compiler.run() if compiler is not None else _NULL
     native_lines = _stderr_lines() if compiler is not None else _NO_NATIVE
+    generators = _generators(program)
     with warnings.catch_warnings(record=True) as caught, native_lines as native, watch as snap:
         warnings.simplefilter("always")
         try:
             with _traced(helper):
                 inputs = _fresh_inputs(program)
+            before = _states(generators)
             if phase == "backward-only":
                 apply_mode("off")
             with _traced(tracer):
@@ -317,6 +350,8 @@ def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | 
             with _traced(helper):
                 synchronize()
                 denses = [dense_cpu(t) for _, t in outputs]  # one copy off the device per tensor
+            record.drew_random = any(a is not None and b is not None and not torch.equal(a, b)
+                                     for a, b in zip(before, _states(generators)))
             for (label, _), dense in zip(outputs, denses):
                 record.labels.append(label)
                 record.values.append(dense)
@@ -431,6 +466,11 @@ def run_program(
     for r in records:
         dispatched |= r.ops  # per operator, the most calls seen in one run
     obs.dispatched = top_ops(dispatched)
+    ops = frozenset(dispatched)
+    random = None
+    if any(r.drew_random for r in records):
+        drawn = sorted(op for op in ops if _RANDOM_OPS.search(op))
+        random = "a generator's state moved in the run" + (f"; {', '.join(drawn[:4])}" if drawn else "")
     if compiler is not None:
         _compiled_evidence(obs, records, targets, eager_reached, program)
     elif targets is not None:
@@ -465,7 +505,7 @@ def run_program(
         obs.error = obs.error or r.other_error
     complete = [r for r in records if not (r.alert_error or r.unsupported or r.other_error)]
     if len(complete) != len(records):
-        return RunOutcome(obs)
+        return RunOutcome(obs, ops=ops, random=random)
     obs.identical = True
     for other in records[1:]:
         same, mismatch, diff = compare_runs(records[0], other)
@@ -473,7 +513,7 @@ def run_program(
             obs.identical, obs.mismatch, obs.max_abs_diff = False, mismatch, diff
             break
     obs.fingerprint = fingerprint(records[0])
-    return RunOutcome(obs, list(zip(records[0].labels, records[0].values)))
+    return RunOutcome(obs, list(zip(records[0].labels, records[0].values)), ops=ops, random=random)
 
 
 def _compiled_evidence(obs: Observation, records: list[RunRecord], targets: tuple[str, ...] | None,
@@ -528,16 +568,13 @@ def eager_reach(program: Program, mode: str, targets: tuple[str, ...], *, phase:
 
 
 # Differential correctness ---------------------------------------------------
-# Deterministic but wrong is a failure too. Tolerances by dtype: the default
-# algorithm and a CPU reference may round differently, never by more.
-TOLERANCES = {
-    torch.float16: (1e-2, 1e-2),
-    torch.bfloat16: (5e-2, 5e-2),
-    torch.float32: (1e-4, 1e-5),
-    torch.complex64: (1e-4, 1e-5),
-    torch.float64: (1e-7, 1e-9),
-    torch.complex128: (1e-7, 1e-9),
-}
+# Deterministic but wrong is a failure too; how a result is compared with a reference is
+# engine.comparison's (TOLERANCES by dtype; rules per program).
+TOLERANCES = comparison.TOLERANCES
+# Operators that draw from a random generator, named in the evidence of a random program.
+_RANDOM_OPS = re.compile(r"aten\.(?:rand|randn|randint|randperm|bernoulli|normal|uniform|exponential|cauchy|"
+                         r"log_normal|geometric|random_|multinomial|native_dropout|rrelu_with_noise|poisson|"
+                         r"_standard_gamma|_sample_dirichlet|binomial|fractional_max_pool)")
 
 
 def run_values(program: Program, mode: str, *, device: torch.device | None = None) -> list[tuple[str, torch.Tensor]] | None:
@@ -556,28 +593,6 @@ def run_values(program: Program, mode: str, *, device: torch.device | None = Non
 
 
 def compare_values(actual: list[tuple[str, torch.Tensor]], reference: list[tuple[str, torch.Tensor]]) -> str | None:
-    """None when every tensor agrees within its dtype's tolerance, else what differed."""
-    if [label for label, _ in actual] != [label for label, _ in reference]:
-        return f"different outputs: {[l for l, _ in actual]} vs {[l for l, _ in reference]}"
-    for (label, a), (_, b) in zip(actual, reference):
-        if a.shape != b.shape:
-            return f"{label}: shape {tuple(a.shape)} vs {tuple(b.shape)}"
-        if a.dtype != b.dtype:
-            return f"{label}: dtype {a.dtype} vs {b.dtype}"
-        try:
-            if torch.equal(a, b):  # the same values (the common case): within any tolerance
-                continue
-        except RuntimeError:  # a dtype without an equality kernel in this torch: compare below
-            pass
-        if a.is_floating_point() and a.element_size() == 1:  # float8: few kernels, compare as float32
-            a, b = a.float(), b.float()
-        if a.is_floating_point() or a.is_complex():
-            rtol, atol = TOLERANCES.get(a.dtype, (1e-4, 1e-5))
-            scale = float(b.abs().max()) if b.numel() and torch.isfinite(b).all() else 1.0
-            if not torch.allclose(a, b, rtol=rtol, atol=atol * max(1.0, scale), equal_nan=True):
-                diff = torch.nan_to_num((a.to(torch.complex128 if a.is_complex() else torch.float64)
-                                         - b.to(torch.complex128 if b.is_complex() else torch.float64)).abs(), nan=float("inf"))
-                return f"{label}: max abs diff {float(diff.max()):.3g} beyond rtol={rtol}, atol={atol}"
-        elif not torch.equal(a, b):
-            return f"{label}: {int((a != b).sum())} of {a.numel()} values differ"
-    return None
+    """None when every tensor agrees within its dtype's tolerance, else what differed
+    (:func:`engine.comparison.compare` with no rule declared)."""
+    return comparison.compare(actual, reference)

@@ -50,7 +50,7 @@ __all__ = [
 class Scale:
     """Default maxima the strategies use when a bound is not given.
 
-    - ``name``: ``"small"`` or ``"large"``.
+    - ``name``: ``"small"``, ``"large"`` or ``"stress"``.
     - ``max_side``: longest side of a drawn shape.
     - ``max_numel``: most elements of a drawn shape.
     - ``max_indices``: most entries of a drawn index tensor.
@@ -65,16 +65,39 @@ class Scale:
     max_bins: int
 
 
+#: The stress tier's ceiling: elements of the largest tensor of an example (4 Mi).
+STRESS_NUMEL = 1 << 22
+#: The stress tier's floor, whatever the memory says (64 Ki).
+STRESS_MIN_NUMEL = 1 << 16
+#: Bytes of device memory the stress tier plans per element of an example's largest tensor: its
+#: inputs, the runner's clones for every run, outputs, gradients and their byte views.
+STRESS_BYTES_PER_ELEMENT = 256
+
 SCALES: dict[str, Scale] = {
     "small": Scale("small", max_side=8, max_numel=512, max_indices=64, max_bins=16),
     "large": Scale("large", max_side=128, max_numel=1 << 20, max_indices=1 << 18, max_bins=1 << 12),
+    # Built to make races visible (the stress tier, profile "stress"): the largest sizes the
+    # device's memory allows (stress_scale), thousands of writes per destination (16 bins), and
+    # every size drawn at the top of its range.
+    "stress": Scale("stress", max_side=STRESS_NUMEL, max_numel=STRESS_NUMEL, max_indices=STRESS_NUMEL, max_bins=16),
 }
+
+
+def stress_scale(free_bytes: int | None) -> Scale:
+    """The stress scale for a device with ``free_bytes`` free (None: unknown, the ceiling):
+    :data:`STRESS_NUMEL` elements at most, fewer where :data:`STRESS_BYTES_PER_ELEMENT` per
+    element would not fit, never fewer than :data:`STRESS_MIN_NUMEL`."""
+    numel = STRESS_NUMEL if free_bytes is None else int(free_bytes) // STRESS_BYTES_PER_ELEMENT
+    numel = max(STRESS_MIN_NUMEL, min(STRESS_NUMEL, numel))
+    numel = 1 << (numel.bit_length() - 1)  # a power of two: the same sizes on devices of similar memory
+    return Scale("stress", max_side=numel, max_numel=numel, max_indices=numel, max_bins=16)
 
 _scale: str = "small"
 
 
-def set_scale(name: str) -> None:
-    """Select the named scale (``"small"`` or ``"large"``) for later draws.
+def set_scale(name: str, limits: Scale | None = None) -> None:
+    """Select the named scale (``"small"``, ``"large"`` or ``"stress"``) for later draws;
+    ``limits`` replaces its maxima (the stress tier sized to a device: :func:`stress_scale`).
 
     Strategies read the scale when they draw, so a profile chosen after the
     strategies were built still applies.
@@ -82,6 +105,10 @@ def set_scale(name: str) -> None:
     global _scale
     if name not in SCALES:
         raise InvalidArgument(f"set_scale: name must be one of {sorted(SCALES)}, got {name!r}")
+    if limits is not None:
+        if limits.name != name:
+            raise InvalidArgument(f"set_scale: limits are for scale {limits.name!r}, not {name!r}")
+        SCALES[name] = limits
     _scale = name
 
 

@@ -200,15 +200,28 @@ class Targets:
 
     ops: tuple[str, ...]
     per_device: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Device type → the kernels a sentence covers there, each of which some example of a case
+    #: must reach (each a group of alternative spellings): ``grid_sample``'s backward on CUDA is
+    #: the native 2-D kernel, the native 3-D kernel and cuDNN's. Absent: any one operator will do.
+    required: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.ops:
             raise TargetError("a target declaration needs at least one operator")
-        for name in list(self.ops) + [n for ops in self.per_device.values() for n in ops]:
+        for name in list(self.ops) + [n for ops in self.per_device.values() for n in ops] + \
+                [n for groups in self.required.values() for group in groups for n in group]:
             _split(name)
+        if any(not group for groups in self.required.values() for group in groups):
+            raise TargetError("a required kernel needs at least one operator")
 
     def for_device(self, device_type: str) -> tuple[str, ...]:
-        return tuple(self.per_device.get(device_type, self.ops))
+        ops = tuple(self.per_device.get(device_type, self.ops))
+        extra = tuple(n for group in self.required.get(device_type, ()) for n in group if n not in ops)
+        return ops + extra
+
+    def kernels_for(self, device_type: str) -> tuple[tuple[str, ...], ...]:
+        """The kernels every case on ``device_type`` must reach (empty: any target will do)."""
+        return tuple(tuple(group) for group in self.required.get(device_type, ()))
 
     @classmethod
     def of(cls, spec: "str | Iterable[str] | Targets", **per_device: "str | Iterable[str]") -> "Targets":

@@ -5,6 +5,8 @@ Both functions are pure and torch-free: plain data in, a word of
 :mod:`detconf.vocabulary` out. The table they implement is GUIDE.md §3;
 :func:`verdict_for` is the only place a case's verdict is decided, for op
 runs, the sweep, the differential run, checks, skips and the harness's own errors.
+GUIDE.md §3 (``../shared/GUIDE.md`` in the project's working tree, not shipped with it) is the
+table in prose.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from engine.entry import Entry
 from engine.observation import Observation
 
 __all__ = ["FAILING", "PASSING", "VERDICTS", "expected_outcome", "is_listed", "observed_word", "verdict_for",
-           "worst"]
+           "with_kernels", "worst"]
 
 
 def expected_outcome(entry: Entry, device_type: str, mode: str, *, raise_documented_elsewhere: bool = False) -> str:
@@ -112,7 +114,7 @@ def _op_verdict(expected: str, obs: Observation) -> str:
     if expected == "deterministic-or-raises" and obs.raised_runs == obs.runs:
         return "conforms"
     if expected == "deterministic-or-warns" and obs.warned_runs == obs.runs and not obs.raised_any:
-        return "conforms" if obs.identical is not False else "nondeterministic"
+        return "conforms"  # the op said, every run, that it has no deterministic implementation: it may differ
     if expected == "deterministic-or-warns" and obs.stderr_alert_runs and not obs.raised_any:
         return "missing-warning"  # the op alerted, but only on C++'s stderr: no Python warning to act on
     if expected.startswith("deterministic"):
@@ -148,6 +150,15 @@ def worst(verdicts: Iterable[str]) -> str:
                 return "conforms"
             return v
     raise ValueError(f"unknown verdicts {sorted(set(seen) - set(VERDICTS))}")
+
+
+def with_kernels(verdict: str, unreached: Iterable[str]) -> str:
+    """A case's verdict once its required kernels are counted: where a sentence covers several
+    kernels on a device (:attr:`engine.trace.Targets.required`) and no example reached one of
+    them (``unreached``), a passing verdict that speaks of the kernels' behaviour has not judged
+    the whole sentence: ``not-reached``. A failure stands: it is a finding about the kernels
+    that were reached."""
+    return "not-reached" if list(unreached) and verdict in REACH_GATED and verdict in PASSING else verdict
 
 
 def observed_word(obs: Observation) -> str:

@@ -117,6 +117,7 @@ _KIND_NAMES = {"str": "a string", "int": "an integer", "num": "a number", "strli
 _DETAIL_TYPE = pa.struct([
     ("fingerprints", pa.struct([])),
     ("verdicts_per_example", pa.struct([(_SEEN, pa.int64()), (_QUIET, pa.int64())])),
+    ("max_numel", pa.int64()),
 ])
 _D2D_TYPE = pa.struct([("result", pa.string()), ("compared", pa.int64()), ("differing", pa.int64())])
 _ARROW_TYPES = {"str": pa.string(), "int": pa.int64(), "num": pa.float64(), "strlist": pa.list_(pa.string()),
@@ -132,7 +133,7 @@ _KEPT_FIELDS = tuple(n for n, k in _FIELD_KINDS.items() if k in ("str", "int", "
                      and n != "targets")
 TABLE_SCHEMA = pa.schema([(n, _ARROW_TYPES[_FIELD_KINDS[n]]) for n in _KEPT_FIELDS] + [
     ("examples_differing", pa.int64()), ("examples_not_differing", pa.int64()),
-    ("has_fingerprints", pa.bool_()), ("d2d", pa.string()),
+    ("has_fingerprints", pa.bool_()), ("d2d", pa.string()), ("max_numel", pa.int64()),
 ])
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -240,6 +241,10 @@ def _field_problem(name: str, kind: str, value) -> str | None:
         fingerprints = value.get("fingerprints")
         if fingerprints is not None and type(fingerprints) is not dict:
             return "field 'detail.fingerprints' must be an object (example index -> hash)"
+        if value.get("max_numel") is not None:
+            problem = _check_int(value["max_numel"], "field 'detail.max_numel'")
+            if problem:
+                return problem
         per_example = value.get("verdicts_per_example")
         if per_example is None:
             return None
@@ -488,6 +493,7 @@ def _flatten(results: pa.Table) -> pa.Table:
         pc.struct_field(per_example, _QUIET),
         pc.is_valid(pc.struct_field(detail, "fingerprints")),
         pc.struct_field(results.column("d2d"), "result"),
+        pc.struct_field(detail, "max_numel"),
     ]
     return pa.Table.from_arrays(columns, schema=TABLE_SCHEMA)
 
@@ -625,6 +631,7 @@ def _read_slow(data: _Chunk, lines: _Lines, base: int, want_fingerprints: bool) 
         fingerprints = detail.get("fingerprints")
         columns["has_fingerprints"].append(fingerprints is not None)
         columns["d2d"].append((rec.get("d2d") or {}).get("result"))
+        columns["max_numel"].append(detail.get("max_numel"))
         if want_fingerprints:
             digests.append(None if fingerprints is None else _canonical_digest(fingerprints))
         kept_lines.append(lineno)
@@ -921,7 +928,7 @@ def _first_semantic_problem(table: pa.Table, lines: np.ndarray, run_lines: np.nd
     checks.append(pc.fill_null(pc.invert(pc.and_(pc.greater_equal(reach, 0.0), pc.less_equal(reach, 1.0))), False))
     duration = table.column("duration_s")
     checks.append(pc.fill_null(pc.invert(pc.and_(pc.is_finite(duration), pc.greater_equal(duration, 0.0))), False))
-    for name in ("examples", "runs", "examples_differing", "examples_not_differing", "device_index"):
+    for name in ("examples", "runs", "examples_differing", "examples_not_differing", "device_index", "max_numel"):
         checks.append(pc.fill_null(pc.less(table.column(name), 0), False))
     d2d = table.column("d2d")
     checks.append(pc.and_(pc.is_valid(d2d), pc.invert(pc.is_in(d2d, value_set=pa.array(list(D2D_RESULTS))))))
@@ -957,7 +964,8 @@ def _semantic_problem(rec: dict) -> str:
         return f"field 'd2d.result' must be one of {', '.join(D2D_RESULTS)}, got {rec['d2d']!r}"
     for name, shown in (("examples", "examples"), ("runs", "runs"), ("device_index", "device_index"),
                         ("examples_differing", f"detail.verdicts_per_example.{_SEEN}"),
-                        ("examples_not_differing", f"detail.verdicts_per_example.{_QUIET}")):
+                        ("examples_not_differing", f"detail.verdicts_per_example.{_QUIET}"),
+                        ("max_numel", "detail.max_numel")):
         if rec[name] is not None and rec[name] < 0:
             return f"field {shown!r} must not be negative, got {rec[name]}"
     return f"result row of run {rec['run_id']!r} comes before any run record with that run_id"

@@ -2,8 +2,10 @@
 
 Reads the ``--mode off`` rows of results files (verdicts ``nondeterminism-seen`` /
 ``no-difference-seen``) and tabulates, per entry and device, the fraction of
-examples whose runs differed. A "conforms" cell means more where the same
-entry showed nondeterminism with the mode off: the test could see it.
+examples whose runs differed, with the runs per example and the largest input's size
+(``detail.max_numel``: the stress tier's examples are the large ones). A "conforms" cell
+means more where the same entry showed nondeterminism with the mode off: the test could see
+it. The headline says, per device, how many of the entries documented to throw there did.
 
     python -m reports sensitivity RESULTS.jsonl [MORE ...] [--out DIR]
 
@@ -27,13 +29,13 @@ SEEN, NOT_SEEN = "nondeterminism-seen", "no-difference-seen"
 def sensitivity_table(paths) -> pd.DataFrame:
     """One row per ``--mode off`` cell; a ``compile`` column where some cell is not eager."""
     names = ("source", "entry_id", "promise", "devices", "device", "compile", "torch_version", "verdict",
-             "examples_differing", "examples_not_differing")
+             "examples_differing", "examples_not_differing", "runs", "max_numel")
     results = load(paths, columns=("mode", *names))
     off = np.flatnonzero(np.asarray(pc.equal(results.column("mode"), "off"), dtype=bool))
     columns = {name: results.column(name).take(off).to_pylist() for name in names}
     shows_compile = any(c != DEFAULT_COMPILE for c in columns["compile"])
     rows = []
-    for source, entry_id, promise, devices, device, compile_, torch_version, verdict, seen, quiet in zip(
+    for source, entry_id, promise, devices, device, compile_, torch_version, verdict, seen, quiet, runs, numel in zip(
             *columns.values()):
         seen, quiet = seen or 0, quiet or 0
         judged = seen + quiet
@@ -43,6 +45,7 @@ def sensitivity_table(paths) -> pd.DataFrame:
             "device": device, "torch_version": torch_version, "verdict": verdict,
             "examples_judged": judged, "examples_differing": seen,
             "fraction_differing": round(seen / judged, 3) if judged else None,
+            "runs": runs, "largest_input": numel,
         }
         if shows_compile:
             row = dict(list(row.items())[:5] + [("compile", compile_)] + list(row.items())[5:])
@@ -50,6 +53,8 @@ def sensitivity_table(paths) -> pd.DataFrame:
     if not rows:
         raise ResultsError(f"{', '.join(map(str, paths))}: no --mode off rows (run the suite with --mode off)")
     frame = pd.DataFrame(rows)
+    for name in ("runs", "largest_input"):  # integers, or empty where a row does not say
+        frame[name] = frame[name].astype("Int64")
     return frame.sort_values(["source", "device", "fraction_differing", "entry_id"],
                              ascending=[True, True, False, True], na_position="last").reset_index(drop=True)
 
@@ -60,8 +65,10 @@ def headline(frame: pd.DataFrame) -> list[str]:
     for device, group in frame.groupby("device", sort=True):
         named = group[group["documented_devices"].str.split(",").apply(lambda ds: device in ds or ds == ["all"])]
         exposed = int((named["examples_differing"] > 0).sum())
+        throws = named[named["promise"] == "raises"]
         lines.append(f"{device}: {exposed}/{len(named)} entries documented for {device} showed run-to-run "
-                     f"differences with determinism off; {int((group['examples_differing'] > 0).sum())}/{len(group)} overall")
+                     f"differences with determinism off ({int((throws['examples_differing'] > 0).sum())}/{len(throws)} "
+                     f"of those documented to throw); {int((group['examples_differing'] > 0).sum())}/{len(group)} overall")
     return lines
 
 
@@ -76,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         frame = sensitivity_table(args.results)
         markdown = "\n".join(["# Positive-control sensitivity (`--mode off`)", "",
                               *[f"- {md_cell(line)}" for line in headline(frame)],
-                              "", md_frame(frame).to_markdown(index=False, disable_numparse=True), ""])
+                              "", md_frame(frame.astype(object).where(frame.notna(), "")).to_markdown(
+                                  index=False, disable_numparse=True), ""])
         if not args.out:
             emit(terminal(markdown))
             return 0

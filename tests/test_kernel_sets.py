@@ -1,0 +1,96 @@
+"""Targets as kernel sets: where a sentence covers several kernels on a device, a case must reach
+each of them; rows carry reach per kernel, and a case that missed one names it."""
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+from conformance.catalog import snapshot_entries
+from conformance.harness import failure_message, judge
+from conformance.plan import Case
+from engine import program, verdict
+from engine.devices import backends
+from engine.program import Program, recipe
+from engine.trace import TargetError, Targets, reached
+from tests.emulated_gpu import emulated_cuda
+from tests.planted import _x, planted_entry
+
+FAST = settings(max_examples=5, derandomize=True, database=None, deadline=None)
+CPU = backends()["cpu"]
+TWO = Targets(("aten.mul",), required={"cpu": (("aten.mul",), ("aten.add", "aten.add_"))})
+
+
+@recipe("planted.reaches_one_of_two_kernels", targets=TWO)
+def reaches_one(draw, entry, case, device):
+    return Program(fn=lambda x: x * 2, inputs={"x": _x(draw, device)}, describe="2x: the mul kernel only")
+
+
+@recipe("planted.reaches_both_kernels", targets=TWO)
+def reaches_both(draw, entry, case, device):
+    return Program(fn=lambda x: x * 2 + 1, inputs={"x": _x(draw, device)}, describe="2x + 1: both kernels")
+
+
+_calls = iter(range(10**9))
+
+
+@recipe("planted.one_kernel_and_racing", targets=TWO)
+def one_kernel_and_racing(draw, entry, case, device):
+    return Program(fn=lambda x: x * float(next(_calls)), inputs={"x": _x(draw, device) + 1},
+                   describe="x times a counter: the mul kernel, never the same bytes")
+
+
+def run(op):
+    return judge(Case(planted_entry(op, "deterministic"), "cpu", "error"), CPU, hypothesis_settings=FAST)
+
+
+def test_a_case_that_misses_a_required_kernel_is_not_reached_and_names_it():
+    row = run("planted.reaches_one_of_two_kernels")
+    assert row["verdict"] == "not-reached"
+    assert row["detail"]["reach_by_kernel"] == {"aten.mul": 1.0, "aten.add|aten.add_": 0.0}
+    assert row["detail"]["unreached_kernels"] == ["aten.add|aten.add_"]
+    assert "unreached_kernels: ['aten.add|aten.add_']" in failure_message(row)
+
+
+def test_a_case_that_reaches_every_kernel_conforms():
+    row = run("planted.reaches_both_kernels")
+    assert row["verdict"] == "conforms"
+    assert row["detail"]["reach_by_kernel"] == {"aten.mul": 1.0, "aten.add|aten.add_": 1.0}
+    assert "unreached_kernels" not in row["detail"]
+
+
+def test_a_failure_on_the_kernels_that_were_reached_stands():
+    assert run("planted.one_kernel_and_racing")["verdict"] == "nondeterministic"
+
+
+def test_the_rule_itself():
+    assert verdict.with_kernels("conforms", ["k"]) == "not-reached"
+    assert verdict.with_kernels("no-difference-seen", ["k"]) == "not-reached"
+    assert verdict.with_kernels("missing-raise", ["k"]) == "missing-raise"
+    assert verdict.with_kernels("conforms", []) == "conforms"
+    with pytest.raises(TargetError):
+        Targets(("aten.mul",), required={"cpu": ((),)})
+
+
+GRID = {e.id: e for e in snapshot_entries("2.11.0")}["grid_sample.backward[cuda]"]
+
+
+def test_grid_sample_backward_covers_cudnns_kernel_on_cuda():
+    kernels = program.kernels_for(GRID, {}, "cuda")
+    assert ("aten.cudnn_grid_sampler_backward",) in kernels and len(kernels) == 3
+    assert program.kernels_for(GRID, {}, "cpu") == ()
+    # The H100 row that said conforms: its examples dispatched the native 2-D kernel only.
+    evidence = {"aten.grid_sampler_2d.default": 6, "aten.grid_sampler_2d_backward.default": 6}
+    assert not all(reached(k, evidence) for k in kernels)
+
+
+def test_grid_sample_runs_every_route_and_a_device_without_cudnn_is_not_reached():
+    """On the emulated GPU (host tensors) the cuDNN route falls back to the native kernel: the
+    positive control saw no difference, but never on cuDNN's backward, so it says nothing of it.
+    (In error mode the host's deterministic kernel is stale-doc: a failure stands.)"""
+    assert program.forms_for(GRID) == ("native 2-D", "native 3-D", "cuDNN")
+    assert judge(Case(GRID, "cuda", "error"), emulated_cuda(), hypothesis_settings=FAST)["verdict"] == "stale-doc"
+    row = judge(Case(GRID, "cuda", "off"), emulated_cuda(), hypothesis_settings=FAST)
+    assert row["verdict"] == "not-reached", row["detail"]
+    assert row["detail"]["unreached_kernels"] == ["aten.cudnn_grid_sampler_backward"]
+    assert row["detail"]["reach_by_kernel"]["aten.grid_sampler_3d_backward"] > 0
