@@ -3,7 +3,10 @@
 ``detconf run [pytest args]`` runs the conformance suite (the installed one, or the checkout this
 module belongs to) from any folder; ``detconf report SUB [args]`` is ``python -m reports SUB``
 (build, diff, drift, sensitivity, certify, verify and whatever else the reports CLI knows: its
-own parser answers for the subcommand). Bad input: one line on standard error, exit status 2.
+own parser answers for the subcommand); ``detconf gpu-run [options] [-- pytest args]`` checks and
+installs the requirements from a wheel folder, runs every step of the suite on a GPU machine and
+archives what they wrote (:mod:`detconf.gpurun`). Bad input: one line on standard error, exit
+status 2.
 """
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-USAGE = "usage: detconf run [pytest args] | detconf report {build,diff,drift,sensitivity,certify,verify} [args]"
+USAGE = ("usage: detconf run [pytest args] | detconf report {build,diff,drift,sensitivity,certify,verify,fingerprints} "
+         "[args] | detconf gpu-run [--wheels DIR] [--steps LIST] [--device NAME] [--out DIR] [-n N] [-- pytest args]")
 
 
 def _error(message: str) -> int:
@@ -55,10 +59,15 @@ def main(argv: list[str] | None = None) -> int:
         return subprocess.call(run_command(rest, root), env=env)
     if command == "report":
         if not rest:
-            return _error("detconf report needs a subcommand: build, diff, drift, sensitivity, certify or verify")
+            return _error("detconf report needs a subcommand: build, diff, drift, sensitivity, certify, verify "
+                          "or fingerprints")
         if importlib.util.find_spec("reports") is None:
             return _error("cannot find the reports package: reinstall detconf")
         return subprocess.call([sys.executable, "-m", "reports", *rest])
+    if command == "gpu-run":
+        from detconf import gpurun
+
+        return gpurun.main(rest)
     return _error(f"unknown command {command[:40]!r}; {USAGE}")
 
 

@@ -1,4 +1,4 @@
-"""``python -m reports {build,diff,drift,sensitivity,certify,verify}``.
+"""``python -m reports {build,diff,drift,sensitivity,certify,verify,fingerprints}``.
 
 Exit status: 0 success; 1 ``diff`` found a regression, or ``verify`` (or the check at the end of
 ``certify``) refused the package, one line per problem; 2 bad input, an output that cannot be
@@ -25,7 +25,8 @@ def _parser():
         description="Compatibility matrix, run-to-run diff and doc drift from detconf results files.",
         epilog="Exit status: 0 ok, 1 diff found a regression, 2 bad input (one line on stderr).",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{build,diff,drift,sensitivity,certify,verify}",
+    sub = parser.add_subparsers(dest="command", required=True,
+                                metavar="{build,diff,drift,sensitivity,certify,verify,fingerprints}",
                                 parser_class=ArgumentParser)
 
     p_build = sub.add_parser("build", help="write matrix.csv/.md/.html/.png, results.csv, summary.json")
@@ -54,6 +55,8 @@ def _parser():
                    add_help=False)
     sub.add_parser("sensitivity", help="positive-control table from --mode off rows; arguments are passed on",
                    add_help=False)
+    sub.add_parser("fingerprints", help="two GPUs' results compared example by example (reports.fingerprints); "
+                                        "arguments are passed on", add_help=False)
     return parser
 
 
@@ -79,6 +82,10 @@ def _run(argv: list[str]) -> int:
         from reports.sensitivity import main as sensitivity_main
 
         return sensitivity_main(argv[1:])
+    if argv and argv[0] == "fingerprints":
+        from reports.fingerprints import main as fingerprints_main
+
+        return fingerprints_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "build":
         from reports.build import build

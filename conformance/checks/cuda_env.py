@@ -94,7 +94,10 @@ def _cublas_verdict(config: str, mode: str, value: str | None, payload: dict[str
     return CheckObservation(
         held=held,
         observed=observed,
-        detail={CUBLAS_VAR: value, **payload, **result, "cublas_warnings": len(cublas_warnings)},
+        # The child's per-run hashes are "run_fingerprints": a row's "fingerprints" is the object
+        # example -> hash that readers (reports/load.py) expect.
+        detail={CUBLAS_VAR: value, **payload, **{k: v for k, v in result.items() if k != "fingerprints"},
+                "run_fingerprints": prints, "cublas_warnings": len(cublas_warnings)},
     )
 
 
