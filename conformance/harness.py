@@ -15,6 +15,7 @@ shrunk, smallest example, and that one goes into the reproducer.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import time
@@ -358,10 +359,12 @@ def _differential(prog: program.Program, outcome: RunOutcome, backend: Backend, 
     return None
 
 
+@functools.lru_cache(maxsize=1)
 def _host_backend() -> Backend:
-    from engine.devices import backends
+    """The CPU, where host references run (the built-in backend: no entry points to scan)."""
+    from engine.devices import cpu_backend
 
-    return backends()["cpu"]
+    return cpu_backend()
 
 
 def _adjudicate(prog: program.Program, outcome: RunOutcome, problem: str, rules: comparison.Rules,
@@ -510,11 +513,18 @@ def _check_no_leak(case: Case, row: dict[str, Any], before: GlobalState) -> dict
     return row
 
 
+def math_mode(backend: Backend) -> dict[str, dict[str, str]]:
+    """The effective float32 precision of matmuls and convolutions on the case's device and, off
+    the host, on the CPU its references run on: what a comparison between them had to allow."""
+    devices = [backend] if backend.is_host else [backend, _host_backend()]
+    return {b.name: {family: b.float32_precision(family) for family in ("matmul", "conv")} for b in devices}
+
+
 def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: settings | None) -> dict[str, Any]:
     started = time.perf_counter()
     expected = expected_for(case)
     row = base_row(case, backend, expected)
-    detail: dict[str, Any] = {}
+    detail: dict[str, Any] = {"math_mode": math_mode(backend)}
     if case.raise_documented_by:
         detail["raise_documented_by"] = case.raise_documented_by
     records: list[Record] = []
