@@ -351,11 +351,13 @@ def _plain_strides(t: torch.Tensor) -> torch.Tensor:
     Ops may return tensors that count as contiguous but carry odd strides on
     size-1 dimensions (``block_diag``), and gradients may too; a byte view of
     those fails, so they get row-major strides. Compressed sparse results
-    (CSR, BSR...) become dense, float8 results float32. The copies are
-    differentiable.
+    (CSR, BSR...) become dense, ZeroTensors ordinary zeros, float8 results
+    float32. The copies are differentiable.
     """
     if t.layout in _COMPRESSED:
         return t.to_dense()
+    if t._is_zerotensor():  # a ZeroTensor gradient has no storage to view as bytes
+        return t.clone(memory_format=torch.contiguous_format)
     if t.dtype in _FLOAT8:
         return t.to(torch.float32)  # exact; the runner's numeric checks lack float8 kernels
     if t.layout != torch.strided or t.is_quantized or t.stride() == _contiguous_strides(t.shape):

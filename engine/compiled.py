@@ -24,6 +24,7 @@ import functools
 import importlib
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -35,8 +36,8 @@ import torch
 from detconf.vocabulary import COMPILERS
 from engine.trace import reached
 
-__all__ = ["CompileSnapshot", "Compiler", "compile_unavailable", "compiled_reach", "is_compile_failure",
-           "private_cache", "CACHE_ENV_VARS"]
+__all__ = ["CompileSnapshot", "Compiler", "compile_unavailable", "compiled_reach", "flushes_denormals",
+           "is_compile_failure", "keeping_denormals", "private_cache", "CACHE_ENV_VARS"]
 
 #: Environment variables that point compiled artefacts somewhere: the plugin sets them to a
 #: run-private folder so that a run neither reads nor leaves another run's kernels.
@@ -154,15 +155,19 @@ class Compiler:
         self._breaks_mark: Counter = Counter()
         self.break_reasons_seen: set[str] = set()
         self._compiling = 0  # depth of the timed compile calls in progress
+        #: How many times a compile (or a compiled call) switched on flush-to-zero and it was undone.
+        self.denormals_restored = 0
         self._backend = self._make_backend()
 
     @contextlib.contextmanager
     def _timing(self) -> Iterator[None]:
-        """Count the body's seconds in ``compile_s`` (once where timed calls nest)."""
+        """Count the body's seconds in ``compile_s`` (once where timed calls nest); a compile
+        leaves the process's denormal handling as it found it (:func:`keeping_denormals`)."""
         self._compiling += 1
         started = time.perf_counter()
         try:
-            yield
+            with keeping_denormals(self):
+                yield
         finally:
             self._compiling -= 1
             if not self._compiling:
@@ -205,15 +210,12 @@ class Compiler:
             with self._timing():
                 compiled = inner(gm, example_inputs)
 
-            @functools.wraps(compiled)
             def counted(*args):
                 graph.calls += 1
                 self._current = graph  # a lazily compiled backward belongs to the graph that ran last
                 return compiled(*args)
 
-            if getattr(compiled, "_boxed_call", False):
-                counted._boxed_call = True
-            return counted
+            return _wrapped_like(counted, compiled)
 
         return backend
 
@@ -235,7 +237,8 @@ class Compiler:
         self._breaks_mark = Counter()
         self.break_reasons_seen = set()
         try:
-            yield self
+            with keeping_denormals(self):
+                yield self
         finally:
             dynamo.reset()
             _graph_break_counter().clear()
@@ -259,7 +262,8 @@ class Compiler:
         breaks_before = Counter(_graph_break_counter())
         compile_before = self.compile_s
         try:
-            yield snap
+            with keeping_denormals(self), _collector_paused_for_dynamo():
+                yield snap
         finally:
             reasons: set[str] = set()
             graph_breaks = 0
@@ -278,6 +282,87 @@ class Compiler:
             snap.compile_s = self.compile_s - compile_before
             self.break_reasons_seen |= fresh
             snap.case_break_reasons = sorted(self.break_reasons_seen)
+
+
+def _dynamo_frees_cache_entries_in_gc() -> bool:
+    """Can a cyclic garbage collection during a compiled call crash this torch's Dynamo?
+
+    On 2.5.1 a compiled call after other cases' compiled calls died of a segmentation fault in
+    Dynamo's walk over the frame's cache entries (``torch/_dynamo/cache_size.py``,
+    ``_has_same_id_matched_objs``: ``PyObject_GetAttr`` on a freed cache entry), now and then
+    -- always with pytest's log capture on, where allocation triggers collections at other
+    moments; never with the collector paused for the call. Cache entries are removed by weakref
+    callbacks when an object a guard matched by identity dies (a class such as an
+    ``autograd.Function`` defined per example dies only in a cyclic collection), which a
+    collection inside the walk runs in the middle of it. Not seen on 2.11, 2.13 or 2.14."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(torch.__version__).release < (2, 6)
+    except InvalidVersion:
+        return False
+
+
+def _collector_paused_for_dynamo() -> contextlib.AbstractContextManager:
+    """No cyclic garbage collection during a compiled run where Dynamo cannot take one
+    (:func:`_dynamo_frees_cache_entries_in_gc`); the garbage of the run is collected after it,
+    outside Dynamo, when allocation next triggers a collection."""
+    if not _dynamo_frees_cache_entries_in_gc():
+        return contextlib.nullcontext()
+    from detconf.gc_pause import gc_paused
+
+    return gc_paused()
+
+
+def flushes_denormals() -> bool:
+    """Does this thread flush subnormal floats to zero (x86's FTZ/DAZ bits set)?
+
+    Python's own float arithmetic runs on the same SSE unit as torch's CPU kernels, so halving
+    the smallest normal double gives zero exactly when the processor flushes."""
+    return (sys.float_info.min / 2.0) == 0.0
+
+
+@contextlib.contextmanager
+def keeping_denormals(owner: Any = None) -> Iterator[None]:
+    """Leave the process's denormal handling as the body found it.
+
+    Inductor's C++ backend up to 2.5 builds its kernels with ``-ffast-math``, and GCC before 13
+    then links ``crtfastmath.o`` into the shared object, whose constructor sets FTZ/DAZ for the
+    process when the kernel is loaded: from the first compiled case on, every later case of the
+    worker (eager ones too) would run with subnormals flushed to zero, and Hypothesis refuses to
+    draw floats at all ("we can't represent subnormal floats right now"). Where the body switched
+    flushing on, it is switched off again (``torch.set_flush_denormal(False)``); a process that
+    flushed before (the user's own ``torch.set_flush_denormal(True)``) is left so."""
+    before = flushes_denormals()
+    try:
+        yield
+    finally:
+        if not before and flushes_denormals():
+            torch.set_flush_denormal(False)
+            if owner is not None:
+                owner.denormals_restored = getattr(owner, "denormals_restored", 0) + 1
+
+
+def _wrapped_like(wrapper: Callable[..., Any], compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """``wrapper`` with ``compiled``'s name and attributes (``_boxed_call`` among them), but none
+    of the attributes that make Dynamo look through it.
+
+    Not ``functools.wraps``: AOTAutograd's compiled function carries
+    ``_torchdynamo_orig_callable`` (it is wrapped in ``torch._dynamo.disable``), and
+    ``functools.wraps`` copies it, with ``__wrapped__``, onto the wrapper. Dynamo then wraps the
+    backend's result in ``disable`` again, and releases up to 2.5 (``innermost_fn``) follow
+    ``_torchdynamo_orig_callable`` to the innermost function: the wrapper is dropped, no call is
+    counted, and every compiled run would look like a run in eager."""
+    functools.update_wrapper(wrapper, compiled, updated=())
+    for name, value in getattr(compiled, "__dict__", {}).items():
+        if name.startswith("_torchdynamo") or name == "__wrapped__":
+            continue
+        try:
+            setattr(wrapper, name, value)
+        except (AttributeError, TypeError):
+            pass
+    wrapper.__dict__.pop("__wrapped__", None)
+    return wrapper
 
 
 def _graph_break_counter() -> Counter:

@@ -1,8 +1,9 @@
 """Fixtures for the harness's own tests.
 
 Every test must leave the process as it found it: the determinism flags, the cuDNN and Inductor
-settings the suite guards, and the environment. ``_no_state_leaks`` (autouse) fails a test that
-changes any of them and does not put it back, naming what changed.
+settings the suite guards, the processor's flush-to-zero mode, and the environment.
+``_no_state_leaks`` (autouse) fails a test that changes any of them and does not put it back,
+naming what changed.
 """
 import os
 
@@ -18,7 +19,11 @@ _SET_BY_OTHERS = ("PYTEST_", "HYPOTHESIS_", "_TORCHINDUCTOR_", "TORCHINDUCTOR_CA
 
 
 def _snapshot() -> tuple[dict, dict]:
-    return capture_state().summary(), dict(os.environ)
+    from engine.compiled import flushes_denormals
+
+    # Flush-to-zero too: torch 2.5.1's Inductor kernels (built with -ffast-math) switched it on for
+    # the whole process when loaded, and every later test's float draws failed in Hypothesis.
+    return dict(capture_state().summary(), flush_to_zero=flushes_denormals()), dict(os.environ)
 
 
 def leaks(before: tuple[dict, dict], after: tuple[dict, dict]) -> list[str]:
@@ -36,6 +41,11 @@ def leaks(before: tuple[dict, dict], after: tuple[dict, dict]) -> list[str]:
 def _no_state_leaks(request):
     before = _snapshot()
     yield
-    changed = leaks(before, _snapshot())
+    after = _snapshot()
+    changed = leaks(before, after)
+    if after[0]["flush_to_zero"] and not before[0]["flush_to_zero"]:
+        import torch
+
+        torch.set_flush_denormal(False)  # named below; the next test starts as this one did
     if changed:
         pytest.fail(f"{request.node.nodeid} left global state changed: " + "; ".join(changed), pytrace=False)

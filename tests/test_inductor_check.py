@@ -89,9 +89,14 @@ def guard_state(grad: bool, threads: int):
 
 
 def _recompile_limit_error() -> type[Exception]:
-    """Dynamo's hard failure at its recompile limit (``FailOnCacheLimitHit`` before the rename)."""
+    """Dynamo's hard failure at its recompile limit under ``fullgraph=True``:
+    ``FailOnRecompileLimitHit`` (2.7+), ``FailOnCacheLimitHit`` before the rename, and
+    ``CacheLimitExceeded`` ("cache_size_limit reached") in 2.5 and earlier."""
     exc = torch._dynamo.exc
-    return getattr(exc, "FailOnRecompileLimitHit", None) or getattr(exc, "FailOnCacheLimitHit")
+    for name in ("FailOnRecompileLimitHit", "FailOnCacheLimitHit", "CacheLimitExceeded"):
+        if hasattr(exc, name):
+            return getattr(exc, name)
+    raise AssertionError(f"torch {torch.__version__}: torch._dynamo.exc has no recompile-limit exception")
 
 
 #: 2 x 2 x 3 = 12 distinct guard states: more than Dynamo's recompile limit of 8.
@@ -165,10 +170,15 @@ def inductor_refuses_the_device(monkeypatch):
     if not hasattr(graph, "get_wrapper_codegen_for_device"):
         pytest.skip(f"torch {torch.__version__}: torch._inductor.graph has no get_wrapper_codegen_for_device to plant")
     monkeypatch.setattr(graph, "get_wrapper_codegen_for_device", lambda *args, **kwargs: None)
-    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)
-    if hasattr(functorch_config, "enable_autograd_cache"):
-        monkeypatch.setattr(functorch_config, "enable_autograd_cache", False)
-    torch._dynamo.reset()
+    # The config modules' own patch(), not monkeypatch: their settings live in the module's
+    # _config, not its __dict__, so monkeypatch's undo deletes the key (pytest sees no __dict__
+    # entry to restore) and, on 2.5's config module, every later read of it raises KeyError.
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(inductor_config.patch(fx_graph_cache=False))
+        if hasattr(functorch_config, "enable_autograd_cache"):
+            stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
+        torch._dynamo.reset()
+        yield
 
 
 def test_b_a_device_inductor_refuses_is_unsupported_naming_it(inductor_refuses_the_device):

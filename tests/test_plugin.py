@@ -345,6 +345,7 @@ def _collection(phase, info):
 
 def write():
     seen["dynamo_loaded"] = "torch._dynamo" in sys.modules
+    seen["inductor_config_loaded"] = "torch._inductor.config" in sys.modules
     with open(OUT, "w") as f:
         json.dump(seen, f)
 
@@ -386,7 +387,10 @@ def test_the_imports_of_torch_and_dynamo_run_no_full_collection(tmp_path):
     seen = probe("gc_suite", ["-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-p", "gc_suite",
                               "--source", "torch-docs", "--device", "cpu", "--mode", "error", "-n", "0",
                               "-k", "index_copy", "--no-report-build", "--results", str(tmp_path / "r.jsonl")])
-    assert seen["dynamo_loaded"], seen
+    # Inductor's configuration is loaded (use_deterministic_algorithms imports it), and with it
+    # Dynamo wherever a plain import of the configuration brings Dynamo (2.5.1's does not).
+    assert seen["inductor_config_loaded"] and bare["inductor_config_loaded"], (seen, bare)
+    assert seen["dynamo_loaded"] == bare["dynamo_loaded"], (seen, bare)
     if not seen["imported_by_suite"]:
         pytest.skip(f"torch and Dynamo were imported before the suite's plugin ran (nothing to measure): {seen}")
     assert seen["suite"] == 0, f"collections during the suite's import of {seen['imported_by_suite']}: {seen}"

@@ -350,6 +350,21 @@ def test_odd_strides_are_made_plain():
     plain.view(torch.uint8)
 
 
+def test_zero_tensor_gradients_are_compared_as_zeros():
+    # sgn's gradient is a ZeroTensor on some releases (2.14): it has no storage to view as bytes.
+    zero = torch._efficientzerotensor(3)
+    assert zero._is_zerotensor()
+    plain = recipes_sweep.as_comparable(zero)
+    assert not plain._is_zerotensor() and plain.tolist() == [0.0, 0.0, 0.0]
+    plain.view(torch.uint8).numpy()
+
+
+@pytest.mark.parametrize("name", ["sgn"])
+def test_ops_with_zero_tensor_gradients_run(entries, name):
+    for program, obs in _observations(entries[name]):
+        assert obs.error is None, (program.describe, obs.error)
+
+
 def test_float8_results_are_compared_as_float32():
     out = recipes_sweep.as_comparable(torch.tensor([0.5, -2.0]).to(torch.float8_e4m3fn))
     assert out.dtype == torch.float32 and out.tolist() == [0.5, -2.0]

@@ -165,6 +165,15 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300]
 
 
+def _line_with(exc: BaseException, text: str) -> str:
+    """``exc``'s first line if it holds ``text``, else its type with the line that does."""
+    first = _first_line(exc)
+    if text in first:
+        return first
+    line = next((ln.strip() for ln in str(exc).splitlines() if text in ln), text)
+    return f"{type(exc).__name__}: {line}"[:300]
+
+
 def _compile_failure(exc: BaseException, device: torch.device) -> CheckUnsupported | None:
     """``exc`` as "Inductor cannot compile this for ``device``" (``unsupported``), or None when it
     is something else: the op's own error, or Dynamo's recompile limit (the check's own compiled
@@ -172,11 +181,13 @@ def _compile_failure(exc: BaseException, device: torch.device) -> CheckUnsupport
     chain = _chain(exc)
     if any(_RECOMPILE_LIMIT.search(type(e).__name__ + ": " + str(e)) for e in chain):
         return None
-    for e in chain:
+    # Innermost first: the refusal itself, not a wrapper that quotes it on a later line
+    # (2.5's BackendCompilerFailed reads "backend='backend' raised:" on its first line).
+    for e in reversed(chain):
         refused = _DEVICE_REFUSED.search(str(e))
         if refused is not None:
             return CheckUnsupported(f"Inductor cannot compile for device {device.type!r} "
-                                    f"(torch {torch.__version__}): {_first_line(e)}")
+                                    f"(torch {torch.__version__}): {_line_with(e, refused.group(0))}")
     if is_compile_failure(exc):
         inner = chain[-1]
         return CheckUnsupported(f"torch.compile (Inductor) cannot compile the check's program for device "
@@ -190,12 +201,36 @@ def _no_ambient_dispatch_modes():
     ``__torch_dispatch__`` as well, recompiling it for each operator (with ``fullgraph=True`` that
     hit the recompile limit in the first example on CUDA), and the program no longer runs as a
     user's does. The trace sees nothing of the compiled calls; a device's missing kernel is still
-    named from the error's text (``engine.runner.missing_kernel``)."""
+    named from the error's text (``engine.runner.missing_kernel``).
+
+    The module's "a dispatch mode is active" flags are cleared too while the modes are off:
+    ``_disable_current_modes`` pops the modes but leaves the flags their ``__enter__`` set, and
+    Dynamo up to 2.5 skips every frame while ``is_in_torch_dispatch_mode(include_infra_modes=False)``
+    ("non-infra torch dispatch mode present"): the program would run wholly in eager."""
     try:
+        import torch.utils._python_dispatch as python_dispatch
         from torch.utils._python_dispatch import _disable_current_modes
     except ImportError:  # a torch without it has no mode stack to speak of
         return contextlib.nullcontext()
-    return _disable_current_modes()
+    return _modes_off(python_dispatch, _disable_current_modes)
+
+
+_MODE_FLAGS = ("_is_in_torch_dispatch_mode", "_is_in_non_infra_torch_dispatch_mode",
+               "_is_in_any_mode_without_ignore_compile_internals")
+
+
+@contextlib.contextmanager
+def _modes_off(python_dispatch, disable_current_modes):
+    with disable_current_modes():
+        saved = {name: getattr(python_dispatch, name) for name in _MODE_FLAGS
+                 if isinstance(getattr(python_dispatch, name, None), bool)}
+        try:
+            for name in saved:
+                setattr(python_dispatch, name, False)
+            yield
+        finally:
+            for name, value in saved.items():
+                setattr(python_dispatch, name, value)
 
 
 def _run_compiled(compiler: Compiler, fn: Callable, args: tuple, device: torch.device) -> tuple[list[bytes], CompileSnapshot, float]:
