@@ -13,7 +13,7 @@ Hypothesis loads a profile), and the results file is opened, locked
 configures, before collection. Each problem is one ``ERROR:`` line (pytest's
 usage error, exit status 4). A run appends to the results file (``--fresh-results``
 empties it first) and ends with an end record saying how many of the planned
-cases got a row.
+cases got a row; a run that planned none exits 5 (nothing was tested).
 """
 from __future__ import annotations
 
@@ -122,6 +122,7 @@ def _plan(config: pytest.Config):
         from conformance.complements import complements
 
         catalog = catalog + complements(catalog)
+    config._detconf_catalog_ids = {(e.source, e.id) for e in catalog}
     devices = [b.name for b in config._detconf_backends]
     compilers = _compilers(config)
     compiles = None
@@ -137,6 +138,7 @@ def _plan(config: pytest.Config):
     # applicable to the torch under test: --doc-version's release, else the installed one.
     cases = plan(catalog, devices, list(dict.fromkeys(modes)), compilers, compiles=compiles,
                  torch_version=str(torch.__version__), doc_version=config.getoption("--doc-version"))
+    config._detconf_plan_unsharded = len(cases)
     shard = getattr(config, "_detconf_shard", None)
     if shard is not None:
         from conformance.shard import select
@@ -145,6 +147,32 @@ def _plan(config: pytest.Config):
     config._detconf_plan = cases
     config._detconf_case_by_id = {c.id: c for c in cases}
     return cases
+
+
+def _unknown_findings(config: pytest.Config) -> list[str]:
+    """A warning line for each known finding that names an entry this run's catalog lacks, for
+    a source, a torch and docs the run covers (a typo in the findings file: it waives nothing)."""
+    import torch
+
+    from detconf.findings_rule import torch_in
+    from detconf.vocabulary import DEFAULT_SOURCES
+
+    ids = getattr(config, "_detconf_catalog_ids", None)
+    if ids is None:
+        return []
+    sources = set(config.getoption("--source") or DEFAULT_SOURCES)
+    doc_version = config.getoption("--doc-version")
+    lines = []
+    for index, finding in enumerate(getattr(config, "_detconf_findings", None) or ()):
+        if finding.source not in sources or (finding.source, finding.entry_id) in ids:
+            continue
+        if finding.source == "torch-docs" and (doc_version or config.getoption("--no-complements")):
+            continue  # another release's docs, or complements left out: the catalog is not the whole list
+        if not torch_in(str(torch.__version__), finding.torch):
+            continue
+        lines.append(f"warning: known finding #{index} ({finding.source}: {finding.entry_id!r}, torch "
+                     f"{finding.torch}) names no entry of the catalog: it waives nothing (a typo?)")
+    return lines
 
 
 # ----------------------------------------------------------------------------- checking the input
@@ -238,38 +266,112 @@ def _locked(path: Path) -> bool:
     return False
 
 
+#: The longest line a results file may hold (the reports' limit, reports.load.MAX_LINE_BYTES).
+MAX_LINE_BYTES = 16 << 20
+#: (device, inode, size, mtime) of existing results files found readable line by line in this
+#: process: the check when the run takes the file's lock does not read it all again.
+_READABLE: set[tuple[int, int, int, int]] = set()
+
+
+def _line_problem(line: bytes) -> str | None:
+    """What makes one line of a results file unreadable to the reports, or None."""
+    if not line.strip():
+        return None
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not UTF-8"
+    if "\x00" in text:
+        return "holds a NUL byte"
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError):
+        return "corrupt JSON line"
+    if not isinstance(record, dict) or record.get("record") not in ("run", "result", "end"):
+        return "not a results record"
+    return None
+
+
 def _existing_results_problem(path: Path, shown: str, *, fresh: bool) -> str | None:
-    """Why a run must not append to (or, with --fresh-results, empty) the existing file ``path``."""
+    """Why a run must not append to (or, with --fresh-results, empty) the existing file ``path``.
+    A run appends only to a file every line of which the reports can read: a corrupt line
+    anywhere (not only a torn last one) would make the whole file, this run's rows with it,
+    unreadable."""
     with open(path, "rb") as f:
         first = f.readline(1 << 20)
         if not first:
             return None
         f.seek(-1, os.SEEK_END)
         last = f.read(1)
-    try:
-        record = json.loads(first)
-    except ValueError:
-        record = None
-    if not isinstance(record, dict) or record.get("record") != "run":
-        return (f"{shown} is not a detconf results file (its first line is not a run record); "
-                "nothing was written to it: give another --results")
-    if fresh:
-        return None
-    if record.get("schema") != SCHEMA_VERSION:
-        return (f"{shown} holds schema {record.get('schema')!r} results and this suite writes schema {SCHEMA_VERSION} "
-                "(one file, one schema): give another --results, or --fresh-results to empty it")
-    if last != b"\n":
-        return (f"{shown} ends in an incomplete line (a run stopped while writing it?): repair it, give another "
-                "--results, or --fresh-results to empty it")
-    return None
+        try:
+            record = json.loads(first)
+        except (ValueError, RecursionError):
+            record = None
+        if not isinstance(record, dict) or record.get("record") != "run":
+            return (f"{shown} is not a detconf results file (its first line is not a run record); "
+                    "nothing was written to it: give another --results")
+        if fresh:
+            return None
+        if record.get("schema") != SCHEMA_VERSION:
+            return (f"{shown} holds schema {record.get('schema')!r} results and this suite writes schema "
+                    f"{SCHEMA_VERSION} (one file, one schema): give another --results, or --fresh-results to empty it")
+        if last != b"\n":
+            return (f"{shown} ends in an incomplete line (a run stopped while writing it?): repair it, give another "
+                    "--results, or --fresh-results to empty it")
+        info = os.fstat(f.fileno())
+        seen = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        if seen in _READABLE:
+            return None  # read whole a moment ago (the options' check), unchanged since
+        f.seek(0)
+        number = 0
+        while True:
+            line = f.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                _READABLE.add(seen)
+                return None
+            number += 1
+            problem = ("line longer than 16 MiB" if len(line) > MAX_LINE_BYTES else _line_problem(line))
+            if problem:
+                return (f"{shown}:{number}: {problem}; a run appends only to a file the reports can read: "
+                        "repair it, give another --results, or --fresh-results to empty it")
 
 
-def _results_problem(text: str, *, fresh: bool) -> str | None:
+#: Paths that name a standard stream or another file of some process, never a results file.
+_STREAM_PATH = re.compile(r"/dev/(stdin|stdout|stderr|fd(/.*)?)|/proc/(self|thread-self|[0-9]+)(/.*)?")
+
+
+def _standard_streams(config: pytest.Config | None) -> dict[tuple[int, int], str]:
+    """(device, inode) -> name of this process's standard streams that are files, as the user
+    gave them (pytest's capture has fds 1 and 2 point elsewhere by now: its saved copies)."""
+    saved = {0: 0, 1: 1, 2: 2}
+    capman = config.pluginmanager.getplugin("capturemanager") if config is not None else None
+    capturing = getattr(capman, "_global_capturing", None)
+    for fd, name in ((0, "in_"), (1, "out"), (2, "err")):
+        copy = getattr(getattr(capturing, name, None), "targetfd_save", None)
+        if isinstance(copy, int):
+            saved[fd] = copy
+    streams = {}
+    for fd, real in saved.items():
+        try:
+            info = os.fstat(real)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode):
+            streams[(info.st_dev, info.st_ino)] = ("standard input", "standard output", "standard error")[fd]
+    return streams
+
+
+def _results_problem(text: str, *, fresh: bool, streams: dict | None = None) -> str | None:
     """What is wrong with ``--results text``, found without creating or changing anything."""
     if not text.strip():
         return "--results needs a file path, got ''"
     if text.endswith(("/", os.sep)) or Path(text).name in ("", ".", ".."):
         return f"--results {text} names a folder; give a file path such as {text.rstrip('/' + os.sep) or '.'}/results.jsonl"
+    stream = next((p for p in (os.path.normpath(os.path.abspath(text)), os.path.realpath(text))
+                   if _STREAM_PATH.fullmatch(p)), None)
+    if stream is not None:
+        return (f"--results {text} names a standard stream or a process's file ({stream}), not a results file; "
+                "give a file path")
     path = Path(text)
     try:
         info = os.stat(path)
@@ -284,6 +386,9 @@ def _results_problem(text: str, *, fresh: bool) -> str | None:
             return f"--results {text} is a folder; give a file path such as {text.rstrip('/' + os.sep)}/results.jsonl"
         if not stat.S_ISREG(info.st_mode):
             return f"--results {text} is not a regular file (a device, pipe or socket); give a file path"
+        if (info.st_dev, info.st_ino) in (streams or {}):
+            return (f"--results {text} is this run's {streams[(info.st_dev, info.st_ino)]}; "
+                    "give a file of its own")
         if not os.access(path, os.W_OK):
             return f"results file {text} is not writable"
         try:
@@ -352,6 +457,8 @@ def _check_options(config: pytest.Config) -> None:
     for source in option.source or []:
         if source not in SOURCES:
             raise pytest.UsageError(f"unknown source {source!r}; known: {', '.join(SOURCES)}")
+    if option.source:  # a source given twice is that source once, as a mode given twice is
+        option.source = list(dict.fromkeys(option.source))
     for device in option.device or []:
         if not device.strip() or device != device.strip():
             raise pytest.UsageError(f"--device needs a device name such as cpu or cuda, got {device!r}")
@@ -375,7 +482,8 @@ def _check_options(config: pytest.Config) -> None:
     except CatalogError as exc:
         raise pytest.UsageError(_one_line(exc)) from None
     if _writes_results(config):
-        problem = _results_problem(str(option.results), fresh=option.fresh_results)
+        problem = _results_problem(str(option.results), fresh=option.fresh_results,
+                                   streams=_standard_streams(config))
         if problem:
             raise pytest.UsageError(problem)
     _choose_profile(config)
@@ -448,6 +556,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(_one_line(exc)) from None
     except ValueError as exc:  # unknown doc version and other catalog input errors
         raise pytest.UsageError(str(exc).splitlines()[0]) from None
+    if not _is_worker(config):
+        config._detconf_unknown_findings = _unknown_findings(config)
     if (any(c != "eager" for c in _compilers(config)) and getattr(config.option, "dist", "no") == "load"
             and getattr(config.option, "numprocesses", None)):
         config.option.dist = "loadgroup"  # see _compile_group: plain "load" would split an entry's modes
@@ -730,25 +840,34 @@ def report_dir(results: Path) -> Path:
     return results.with_name(results.stem + REPORT_SUFFIX)
 
 
-def _report_dir_problem(out: Path) -> str | None:
+def _report_dir_problem(out: Path, results: Path | None = None) -> str | None:
     """Why the matrix must not be written into ``out`` (None: it may). The folder is the
-    builder's own: it may be absent or hold only files the builder writes."""
-    try:
-        info = os.lstat(out)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"cannot use {out}: {exc.strerror or exc}"
-    if stat.S_ISLNK(info.st_mode):
-        return f"{out} is a symbolic link; the matrix goes only into a folder of its own"
-    if not stat.S_ISDIR(info.st_mode):
-        return f"{out} exists and is not a folder"
-    foreign = sorted(name for name in os.listdir(out)
-                     if name not in REPORT_FILES or os.path.islink(out / name) or not os.path.isfile(out / name))
-    if foreign:
-        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        return f"{out} holds files the report builder did not write ({shown}); move them or give another --results"
-    return None
+    builder's own: it may be absent or hold only what the builder wrote there -- the files its
+    manifest lists as they are (``reports.manifest``), the manifest, and the marked temporary
+    folders of builds (a killed build's leftover is removed by the next build) -- and, given
+    ``results``, the report of that results file and of no other (``r.jsonl`` and ``r.json``
+    would share ``r-report/``)."""
+    from reports import manifest
+
+    return manifest.folder_problem(out, None if results is None else [results], REPORT_FILES)
+
+
+_LONE_SURROGATE = re.compile(r"\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f])|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}")
+
+
+def _as_unicode(value):
+    """``value`` (JSON data) with every string made :func:`reports.safe.unicode_text`: lone
+    surrogates (``surrogateescape``: bytes a non-UTF-8 locale could not decode) read as the
+    UTF-8 they stand for."""
+    from reports.safe import unicode_text
+
+    if isinstance(value, str):
+        return unicode_text(value)
+    if isinstance(value, dict):
+        return {_as_unicode(k) if isinstance(k, str) else k: _as_unicode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_unicode(v) for v in value]
+    return value
 
 
 class ResultsWriter:
@@ -757,7 +876,12 @@ class ResultsWriter:
     :meth:`open` (at configure time, before collection) locks the file, checks that a run
     may append to it and appends the run record; rows are appended as reports arrive; the
     session ends with an end record (planned vs written) and the lock is released at
-    unconfigure. Workers never write: their rows reach the controller on the reports."""
+    unconfigure. Workers never write: their rows reach the controller on the reports.
+
+    The writer knows its file by device and inode (taken when it opened it) and by the size it
+    left (:meth:`file_problem`), checked before each row and at the end: a file replaced,
+    deleted, truncated or written to by another program stops the run, and the run's own lines
+    (kept as written) go to a file beside it; no summary or matrix is made from another file."""
 
     def __init__(self, path: Path, config: pytest.Config) -> None:
         self.path = path
@@ -776,6 +900,10 @@ class ResultsWriter:
         self.ended = False
         self.standby: Standby | None = None  # the end-of-run report builder, warming up meanwhile
         self.standby_answered = False
+        self.identity: tuple[int, int] | None = None  # (device, inode) of the file this run writes
+        self.abspath = Path(os.path.abspath(path))  # where it is, whatever a case does to the working folder
+        self.mine = bytearray()  # every byte this run appended (its run record, rows and end record)
+        self.lost: str | None = None  # what happened to the file during the run (replaced, deleted, ...)
 
     # -- the file
     def open(self, planned: list) -> None:
@@ -796,11 +924,15 @@ class ResultsWriter:
             if problem is None:
                 self.fd = fd
                 self.planned = len(planned)
+                # whole_plan: the cases of the plan (after --shard) before any selection (-k, -m,
+                # --lf, --deselect, node ids); ``planned`` is what was collected of it.
                 self.run_record = {"record": "run", "schema": SCHEMA_VERSION, "run_id": self.run_id,
-                                   "started": _now(), "planned": len(planned), "env": _environment(self.config),
-                                   **_planned_fields(planned)}
+                                   "started": _now(), "planned": len(planned), "whole_plan": len(planned),
+                                   "env": _environment(self.config), **_planned_fields(planned)}
                 try:
                     self._append(self.run_record, sync=True)
+                    info = os.fstat(fd)
+                    self.identity = (info.st_dev, info.st_ino)
                 except OSError as exc:
                     problem = f"cannot write results file {shown}: {exc.strerror or exc}"
         except BaseException:
@@ -840,7 +972,13 @@ class ResultsWriter:
         a crash or kill of the run loses no written row. ``fsync`` (to survive the machine
         going down too) runs for the run and end records, and for rows at most every
         :data:`SYNC_EVERY_S` seconds: it costs about a millisecond, as much as a small case."""
-        data = memoryview((json.dumps(obj, sort_keys=True, default=str) + "\n").encode("utf-8"))
+        text = json.dumps(obj, sort_keys=True, default=str)
+        if "\\ud" in text and _LONE_SURROGATE.search(text):
+            # Text decoded with surrogateescape (a non-UTF-8 locale: paths, argv) holds lone
+            # surrogates, which no reader takes as Unicode: the bytes they stand for, as UTF-8.
+            text = json.dumps(_as_unicode(obj), sort_keys=True, default=str)
+        encoded = (text + "\n").encode("utf-8")
+        data = memoryview(encoded)
         start = self.size
         try:
             while data:
@@ -855,6 +993,70 @@ class ResultsWriter:
                 pass
             raise
         self.size = os.fstat(self.fd).st_size
+        self.mine += encoded
+
+    def file_problem(self) -> str | None:
+        """What happened to the results file since this run last wrote to it, or None: the run
+        knows its file by device and inode (taken when it opened it) and by the size it left."""
+        if self.fd is None or self.identity is None:
+            return None
+        shown = self.config.getoption("--results")
+        try:
+            info = os.stat(self.abspath)
+        except FileNotFoundError:
+            return f"results file {shown} was deleted during the run"
+        except OSError as exc:
+            return f"results file {shown} cannot be found during the run: {exc.strerror or exc}"
+        if (info.st_dev, info.st_ino) != self.identity:
+            return f"results file {shown} was replaced during the run (another file has its name now)"
+        try:
+            size = os.fstat(self.fd).st_size
+        except OSError as exc:
+            return f"results file {shown} cannot be checked: {exc.strerror or exc}"
+        if size < self.size:
+            return (f"results file {shown} was truncated during the run ({size} bytes; this run had written "
+                    f"up to byte {self.size})")
+        if size > self.size:
+            return (f"results file {shown} was written to by another program during the run "
+                    f"({size - self.size} bytes this run did not write)")
+        return None
+
+    def _check_file(self) -> bool:
+        """Is the results file still this run's own? Otherwise the run stops (see :meth:`_lose`)."""
+        if self.lost is None:
+            problem = self.file_problem()
+            if problem is not None:
+                self._lose(problem)
+        return self.lost is None
+
+    def _lose(self, problem: str) -> None:
+        """The file is no longer this run's: write nothing more to it, save this run's lines in a
+        file of their own beside it, and stop the run (it ends non-zero, and builds no matrix)."""
+        self.lost = problem
+        saved = self._rescue()
+        rows = f"{len(self.written)} row{'s' if len(self.written) != 1 else ''}"
+        self.write_error = problem + (f"; this run's {rows} (and its run record) went to {saved}" if saved else
+                                      f"; this run's {rows} could not be saved elsewhere") + "; no matrix is built"
+        if self.session is not None:
+            self.session.shouldstop = self.write_error
+
+    def _rescue(self) -> Path | None:
+        """This run's lines (from memory) in a new file beside the results file, or None."""
+        target = self.abspath.with_name(f"{self.abspath.stem}.rescued-{self.run_id}.jsonl")
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)
+        except OSError:
+            return None
+        try:
+            data = memoryview(bytes(self.mine))
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return target
 
     def set_planned(self, nodeids: list[str]) -> None:
         """The conformance cases collected (after -k, --lf, node ids), known once collection
@@ -865,12 +1067,13 @@ class ResultsWriter:
                 or self.fd is None or self.written):
             return
         self.planned = len(cases)
-        if os.fstat(self.fd).st_size != self.size:
-            return  # someone else wrote to the file: leave the record as it is
+        if not self._check_file():
+            return  # someone else changed the file: leave it as it is
         self.run_record.update(planned=len(cases), **fields)
         try:
             os.ftruncate(self.fd, self.run_offset)  # this run's own record, just written
             self.size = self.run_offset
+            self.mine.clear()
             self._append(self.run_record, sync=True)
         except OSError as exc:
             self._failed(exc)
@@ -881,7 +1084,7 @@ class ResultsWriter:
             self.session.shouldstop = self.write_error
 
     def add(self, nodeid: str, row: dict) -> None:
-        if nodeid in self.written or self.fd is None or self.write_error:
+        if nodeid in self.written or self.fd is None or self.write_error or not self._check_file():
             return
         row = dict(row, run_id=self.run_id)
         try:
@@ -930,6 +1133,11 @@ class ResultsWriter:
         if self.fd is None or self.ended:
             return
         self.ended = True
+        if not self.write_error:
+            self._check_file()
+        empty = not self.planned and not self.written
+        if empty and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED  # nothing was tested: not green
         if (self.missing() or self.write_error) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # rows are missing: not a clean run
         if self.write_error:
@@ -938,7 +1146,8 @@ class ResultsWriter:
             self._append({"record": "end", "schema": SCHEMA_VERSION, "run_id": self.run_id, "ended": _now(),
                           "exitstatus": int(session.exitstatus), "planned": self.planned,
                           "written": len(self.written), "missing": self.missing(),
-                          "outcome": "complete" if not self.missing() else "incomplete"}, sync=True)
+                          "outcome": "empty" if empty else "complete" if not self.missing() else "incomplete"},
+                         sync=True)
         except OSError as exc:
             self._failed(exc)
 
@@ -951,36 +1160,72 @@ class ResultsWriter:
             self.fd = None
 
     # -- the end of the run
-    def _lines(self) -> tuple[list[str], int]:
-        """This run's run record and rows (no end record), and the number of runs in the file."""
-        mine, runs = [], 0
-        with open(self.path, encoding="utf-8", errors="replace") as f:
+    def _runs_in_file(self) -> int:
+        """The number of runs the results file holds (its run records)."""
+        runs = 0
+        with open(self.path, "rb") as f:
             for line in f:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if not isinstance(record, dict):
-                    continue
-                runs += record.get("record") == "run"
-                if record.get("run_id") == self.run_id and record.get("record") != "end":
-                    mine.append(line if line.endswith("\n") else line + "\n")
-        return mine, runs
+                if b'"record": "run"' in line:
+                    try:
+                        record = json.loads(line)
+                    except (ValueError, RecursionError):
+                        continue
+                    runs += isinstance(record, dict) and record.get("record") == "run"
+        return runs
+
+    def _empty_plan_reason(self) -> str:
+        """Why a run planned no conformance case, in words."""
+        from detconf.vocabulary import DEFAULT_SOURCES
+
+        config = self.config
+        whole = getattr(config, "_detconf_plan_unsharded", None)
+        planned = len(getattr(config, "_detconf_plan", None) or ())
+        shard = getattr(config, "_detconf_shard", None)
+        if planned and not self.planned:
+            return f"the selection (-k, -m, --lf or node ids) left none of the {planned} planned cases"
+        if shard is not None and whole:
+            return f"--shard {shard[0]}/{shard[1]} holds none of the plan's {whole} cases"
+        sources = list(dict.fromkeys(config.getoption("--source") or DEFAULT_SOURCES))
+        devices = [b.name for b in getattr(config, "_detconf_backends", ())]
+        modes = list(dict.fromkeys(config.getoption("--mode") or DEFAULT_MODES))
+        reason = (f"source{'s' if len(sources) > 1 else ''} {', '.join(sources)} give{'' if len(sources) > 1 else 's'} "
+                  f"no case on device{'s' if len(devices) > 1 else ''} {', '.join(devices) or '(none)'} in "
+                  f"mode{'s' if len(modes) > 1 else ''} {', '.join(modes)}")
+        if "vendor" in sources:
+            try:
+                from conformance.catalog import vendor_profiles
+
+                if not vendor_profiles():
+                    reason += " (source 'vendor': no installed backend declares a vendor list)"
+            except Exception:  # noqa: BLE001 - only a hint
+                pass
+        return reason
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-        if not self.written and not self.planned and not self.write_error:
-            return
         from reports.safe import terminal
 
         tr = terminalreporter
+        for line in getattr(config, "_detconf_unknown_findings", ()):
+            tr.write_line(terminal(_one_line(line)), yellow=True)
+        if not self.written and not self.planned and not self.write_error:
+            if self.fd is not None:
+                tr.write_line(terminal(_one_line(f"detconf: no conformance case ran: {self._empty_plan_reason()}; "
+                                                 "nothing was tested (exit status 5)")), red=True)
+            return
         tr.section("detconf conformance")
-        try:
-            mine, runs = self._lines()
-        except OSError as exc:
-            mine, runs = [], 0
-            tr.write_line(terminal(f"cannot read back {self.path}: {exc.strerror or exc}"), red=True)
-        tr.write_line(terminal(f"results: {self.path} (run {self.run_id}: {len(self.written)} rows; "
-                               f"the file holds {runs} run{'s' if runs != 1 else ''})"))
+        if self.lost is None and not self.write_error:
+            self._check_file()  # the file the matrix would be built from is still this run's own
+        mine = [line + "\n" for line in self.mine.decode("utf-8", errors="replace").splitlines()
+                if '"record": "end"' not in line]
+        runs = 0
+        if self.lost is None:
+            try:
+                runs = self._runs_in_file()
+            except OSError as exc:
+                tr.write_line(terminal(f"cannot read back {self.path}: {exc.strerror or exc}"), red=True)
+        tr.write_line(terminal(f"results: {self.path} (run {self.run_id}: {len(self.written)} rows"
+                               + (f"; the file holds {runs} run{'s' if runs != 1 else ''})" if self.lost is None
+                                  else ")")))
         if self.write_error:
             tr.write_line(terminal(f"results incomplete: {self.write_error}"), red=True)
         if self.missing():
@@ -988,8 +1233,8 @@ class ResultsWriter:
         if not self.written:
             return
         out_dir = report_dir(self.path)
-        problem = None if config.getoption("--no-report-build") else _report_dir_problem(out_dir)
-        building = not config.getoption("--no-report-build") and problem is None
+        problem = None if config.getoption("--no-report-build") else _report_dir_problem(out_dir, self.path)
+        building = not config.getoption("--no-report-build") and problem is None and self.lost is None
         with tempfile.TemporaryDirectory(prefix="detconf-summary-") as tmp:
             this_run = Path(tmp) / self.path.name
             this_run.write_text("".join(mine), encoding="utf-8")
@@ -1015,7 +1260,7 @@ class ResultsWriter:
         does not answer. The reply's fields are those of :func:`reports.standby.handle`."""
         request = {"summary": str(this_run)}
         if out_dir is not None:
-            request["build"] = {"paths": [str(self.path)], "out": str(out_dir)}
+            request["build"] = {"paths": [str(self.path)], "out": str(out_dir), "own": True}
         standby, self.standby = self.standby, None
         reply = standby.ask(request) if standby is not None else None
         if reply is not None:
@@ -1106,6 +1351,8 @@ def _worker_memory(value: object) -> int | None:
         gib = float("nan")
     if not gib > 0 or gib == float("inf"):
         raise pytest.UsageError(f"--worker-memory must be a positive number of GiB, got {str(value)[:40]!r}")
+    if gib > 2**40:  # beyond any machine (and beyond a float's range in bytes)
+        raise pytest.UsageError(f"--worker-memory must be at most {2**40} GiB, got {str(value)[:40]!r}")
     return max(1, int(gib * 2**30))
 
 

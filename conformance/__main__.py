@@ -8,13 +8,15 @@ Commands:
 - ``spec-history``: the entries of every docstring snapshot the project keeps,
   oldest release first, as JSON lines (the input of ``python -m reports drift``).
 
-Usage errors and catalog errors print one line on stderr and exit with status 2.
+Usage errors, catalog errors and a standard output that cannot take the output (closed, a
+full disk) print one line on stderr and exit with status 2.
 To add a command, write ``_add_<name>(subparsers)`` registering a parser whose
 ``run`` default is ``fn(args) -> int``, and call it in :func:`build_parser`.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import NoReturn, Sequence
 
@@ -23,6 +25,10 @@ EXIT_USAGE = 2
 
 class UsageError(Exception):
     """A bad argument or an unknown input; the message is one line."""
+
+
+class OutputError(Exception):
+    """Standard output cannot take the output (closed, full disk); the message is one line."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,8 +46,24 @@ def _entries(args: argparse.Namespace) -> int:
         entries = load_catalog(args.source or ["torch-docs"], doc_version=args.doc_version)
     except UnknownSource as exc:
         raise UsageError(str(exc)) from None
-    sys.stdout.write(entries_to_jsonl(entries))
+    _write(entries_to_jsonl(entries))
     return 0
+
+
+def _write(text: str) -> None:
+    """``text`` to standard output; a closed or full one is a one-line error (an OutputError)."""
+    if sys.stdout is None:
+        raise OutputError("cannot write to standard output (it is closed)")
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        try:  # what is left in the buffer goes nowhere at exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        raise OutputError(f"cannot write to standard output ({exc.strerror or exc})") from None
 
 
 def _add_entries(subparsers: argparse._SubParsersAction) -> None:
@@ -59,7 +81,7 @@ def _spec_history(args: argparse.Namespace) -> int:
     from engine.entry import entries_to_jsonl
 
     for version in doc_versions():
-        sys.stdout.write(entries_to_jsonl(snapshot_entries(version)))
+        _write(entries_to_jsonl(snapshot_entries(version)))
     return 0
 
 
@@ -86,8 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             raise UsageError(f"{parser.prog}: a command is required (one of: entries, spec-history)")
         return args.run(args)
-    except (UsageError, CatalogError, UnknownDocVersion) as exc:
-        print(" ".join(str(exc).split()), file=sys.stderr)
+    except (UsageError, CatalogError, UnknownDocVersion, OutputError) as exc:
+        if sys.stderr is not None:
+            print(" ".join(str(exc).split()), file=sys.stderr)
         return EXIT_USAGE
 
 

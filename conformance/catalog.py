@@ -129,7 +129,16 @@ def snapshot_of_release(torch_version: str) -> str | None:
 
 
 def load_catalog(sources: Iterable[str], *, doc_version: str | None = None) -> list[Entry]:
+    """The entries of ``sources`` (each source once, in the order given). With ``doc_version``
+    (``--doc-version X``) the flag-API and reproducibility-notes entries are judged as promises
+    of release X's docs (each entry's ``torch`` range says whether X makes it), so they carry X
+    as their ``doc_version``, as the torch-docs entries of X's snapshot do."""
+    import dataclasses
+
     catalog: list[Entry] = []
-    for source in sources:
-        catalog.extend(load_entries(source, doc_version=doc_version))
+    for source in dict.fromkeys(sources):
+        entries = load_entries(source, doc_version=doc_version)
+        if doc_version and source in CHECK_SOURCES:
+            entries = [dataclasses.replace(e, doc_version=doc_version) for e in entries]
+        catalog.extend(entries)
     return check_unique(catalog)

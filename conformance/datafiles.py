@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +82,21 @@ def _is_specifier(value: object) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _validator(schema: str):
+    """The validator of ``schemas/<schema>.schema.json``; a :class:`CatalogError` (one line) for
+    a schema file that is missing, not JSON or not a JSON Schema."""
     from jsonschema import Draft202012Validator, FormatChecker, validators
+    from jsonschema.exceptions import SchemaError
 
-    document = json.loads((SCHEMAS / f"{schema}.schema.json").read_text(encoding="utf-8"))
-    Draft202012Validator.check_schema(document)
+    path = SCHEMAS / f"{schema}.schema.json"
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        Draft202012Validator.check_schema(document)
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot read the schema: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CatalogError(f"{path}: the schema is not JSON: {_short(' '.join(str(exc).split()), 90)}") from None
+    except SchemaError as exc:
+        raise CatalogError(f"{path}: not a valid JSON Schema: {_short(' '.join(exc.message.split()), 90)}") from None
     # JSON Schema counts 1.0 as an integer; a position or count written as 1.0 is a typo here.
     types = Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda checker, value: isinstance(value, int) and not isinstance(value, bool))
@@ -149,6 +161,28 @@ def _describe(error, path: Path, raw: Any, item: str) -> str:
     return f"{path}: {label}: field {_field(rest)!r} {_problem(error)}"
 
 
+#: The deepest a data file may nest (its entries need four levels; Python's own parser and the
+#: schema check recurse once per level and stop near a thousand).
+MAX_DEPTH = 64
+_STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _nests_deeper(text: str, limit: int) -> bool:
+    """Does the JSON ``text`` nest deeper than ``limit`` levels (brackets in strings do not count)?"""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for token in _STRING_OR_BRACKET.finditer(text):
+        char = token.group()
+        if char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
 def read_json(path: str | Path, schema: str, *, item: str) -> Any:
     """The parsed content of ``path`` once it validates against ``schemas/<schema>.schema.json``.
 
@@ -165,13 +199,21 @@ def read_json(path: str | Path, schema: str, *, item: str) -> Any:
         raise CatalogError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise CatalogError(f"{path}: not UTF-8 text") from None
+    if _nests_deeper(text, MAX_DEPTH):
+        raise CatalogError(f"{path}: malformed JSON: nested deeper than {MAX_DEPTH} levels")
     try:
         raw = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
     except json.JSONDecodeError as exc:
         raise CatalogError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg}") from None
     except _StrictJSONError as exc:
         raise CatalogError(f"{path}: malformed JSON: {exc}") from None
-    errors = list(_validator(schema).iter_errors(raw))
+    except RecursionError:  # pragma: no cover - _nests_deeper finds it first
+        raise CatalogError(f"{path}: malformed JSON: nested too deeply") from None
+    validator = _validator(schema)
+    try:
+        errors = list(validator.iter_errors(raw))
+    except RecursionError:  # pragma: no cover - _nests_deeper finds it first
+        raise CatalogError(f"{path}: nested too deeply to check") from None
     if errors:
         def entry_of(error) -> int:
             where = list(error.absolute_path)

@@ -46,17 +46,33 @@ class Finding:
 
 
 def load_findings(path: str | Path | None = None) -> list[Finding]:
-    """The findings of ``path`` (default :data:`FINDINGS_FILE`; a missing file means none).
+    """The findings of ``path`` (default :data:`FINDINGS_FILE`; a file that is truly absent
+    means none).
 
     Malformed JSON or a schema violation (wrong type, unknown verdict, a ``torch`` that is
     not a version specifier, an unknown key) raises :class:`engine.entry.CatalogError` with
-    one line naming the file, the finding and the field.
+    one line naming the file, the finding and the field; so does a path that is there but
+    cannot be read: a symbolic link to nothing, a loop of links, a folder.
     """
+    import os
+
     from conformance.datafiles import read_json
+    from engine.entry import CatalogError
 
     path = Path(path) if path is not None else FINDINGS_FILE
-    if not path.exists():
-        return []
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return []  # no file at all: no findings
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if path.is_symlink():
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            raise CatalogError(f"{path}: a symbolic link to {os.readlink(path)!r}, which does not exist") from None
+        except OSError as exc:  # ELOOP: a loop of links
+            raise CatalogError(f"{path}: a symbolic link that cannot be followed ({exc.strerror or exc})") from None
     raw = read_json(path, "known-findings", item="known finding")
     return [
         Finding(source=item["source"], entry_id=item["entry_id"], verdict=item["verdict"],

@@ -134,13 +134,44 @@ def _memory_pool() -> None:
         pass
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised where the command is, so that what it half-wrote is removed on the way out."""
+
+
+def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise _Terminated()
+
+
+def _stop_on_sigterm() -> bool:
+    """SIGTERM (at its default disposition, in the main thread) raises :class:`_Terminated`."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return False
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # pragma: no cover - no signals here
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     from reports.load import ResultsError
 
     _memory_pool()
+    handler = _stop_on_sigterm()
     try:
         return _run(argv)
+    except KeyboardInterrupt:
+        print("reports: interrupted (SIGINT); nothing half-written is left", file=sys.stderr)
+        return 130
+    except _Terminated:
+        print("reports: terminated (SIGTERM); nothing half-written is left", file=sys.stderr)
+        return 143
     except ResultsError as exc:
         return _error(str(exc))
     except OSError as exc:
@@ -151,6 +182,11 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("DETCONF_TRACEBACK"):
             raise
         return _error(f"internal error ({type(exc).__name__}: {' '.join(str(exc).split())})")
+    finally:
+        if handler:
+            import signal
+
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,12 @@ made next to it; in an existing one (``reports/out`` also holds the run's own
 ``results.jsonl``) the temporary directory is made inside it and each report file replaces its
 namesake by an atomic ``os.replace``. Other files in it are left alone, and a report file name
 taken by a folder, or by one of the input files, stops the build before anything is written.
+The temporary folder carries a marker: one left by a killed build is removed by the next build
+(:func:`reports.manifest.remove_abandoned`).
+
+The report folder of a conformance run (``own_folder=True``) is stricter: it holds only what the
+builder wrote there, named in its manifest with the results file it was built from
+(:mod:`reports.manifest`); anything else stops the build.
 """
 
 from __future__ import annotations
@@ -29,9 +35,11 @@ import numpy as np
 from detconf.gc_pause import gc_paused
 from detconf.vocabulary import REPORT_FILES
 
+from reports import manifest
 from reports.load import ROW_FIELDS, load
 from reports.matrix import Matrix, png_spec, write_html, write_markdown, write_matrix_csv, write_png, write_results_csv
 from reports.output import OutputError, check_out_dir, check_targets
+from reports.safe import unicode_text
 from reports.summary import summary_data
 
 OUTPUT_FILES = REPORT_FILES
@@ -52,13 +60,34 @@ def _umask() -> int:
     return mask
 
 
-def _publish(tmp: Path, out: Path) -> None:
+def _publish(tmp: Path, out: Path, paths, own_folder: bool) -> None:
+    """Move the files of ``tmp`` into ``out`` (with the manifest that names them, into a run's
+    own folder: while they replace their namesakes one by one, the manifest accepts the old and
+    the new files alike, so a build killed halfway leaves a folder the next build may still
+    write into)."""
+    new = {name: manifest.identity(tmp / name) for name in OUTPUT_FILES}
     if tmp.parent != out:
+        (tmp / manifest.TMP_MARKER).unlink()
+        if own_folder:
+            manifest.write(tmp, new, paths)
         os.chmod(tmp, 0o777 & ~_umask())
         os.rename(tmp, out)
         return
+    if not own_folder:
+        for name in OUTPUT_FILES:
+            os.replace(tmp / name, out / name)
+        return
+    old = manifest.read(out)
+    both = {}
+    for name in OUTPUT_FILES:
+        before = (old or {}).get("files", {}).get(name) if old else None
+        before = [] if not isinstance(before, list) else (before if before and isinstance(before[0], list) else [before])
+        current = manifest.identity(out / name)
+        both[name] = ([current] if current in before else []) + [new[name]]
+    manifest.write(out, both, paths)
     for name in OUTPUT_FILES:
         os.replace(tmp / name, out / name)
+    manifest.write(out, new, paths)
 
 
 def _check_inputs_are_not_outputs(paths, out: Path) -> None:
@@ -75,16 +104,19 @@ def _check_inputs_are_not_outputs(paths, out: Path) -> None:
                 raise OutputError(f"{os.fspath(path)}: is an input; the build would replace it with its {name}")
 
 
-def build(paths: Iterable[str | os.PathLike] | str | os.PathLike, out_dir: str | os.PathLike) -> BuildResult:
+def build(paths: Iterable[str | os.PathLike] | str | os.PathLike, out_dir: str | os.PathLike, *,
+          own_folder: bool = False) -> BuildResult:
     """Merge results files and write the matrix (CSV, Markdown, HTML, PNG) and summary.json.
 
     Raises :class:`reports.load.ResultsError` for bad input, before touching ``out_dir``.
+    ``own_folder``: ``out_dir`` is a run's report folder, which must hold only what the builder
+    wrote there from the same results files (:func:`reports.manifest.folder_problem`).
     """
     with gc_paused():
-        return _build(paths, out_dir)
+        return _build(paths, out_dir, own_folder)
 
 
-def _build(paths, out_dir) -> BuildResult:
+def _build(paths, out_dir, own_folder: bool = False) -> BuildResult:
     timings: dict[str, float] = {}
     cpu_timings: dict[str, float] = {}
     clock, cpu_clock = time.perf_counter(), time.process_time()
@@ -99,6 +131,10 @@ def _build(paths, out_dir) -> BuildResult:
     out = check_out_dir(out_dir)
     check_targets(out, OUTPUT_FILES)
     _check_inputs_are_not_outputs(paths, out)
+    if own_folder:
+        problem = manifest.folder_problem(out, paths, OUTPUT_FILES)
+        if problem:
+            raise OutputError(problem)
     results = load(paths, columns=ROW_FIELDS)
     lap("load")
     matrix = Matrix.from_results(results)
@@ -106,16 +142,19 @@ def _build(paths, out_dir) -> BuildResult:
 
     try:
         if out.is_dir():
-            tmp = Path(tempfile.mkdtemp(prefix=".reports.tmp-", dir=out))
+            manifest.remove_abandoned(out, (manifest.TMP_PREFIX,))
+            tmp = Path(tempfile.mkdtemp(prefix=manifest.TMP_PREFIX, dir=out))
         else:
             out.parent.mkdir(parents=True, exist_ok=True)
+            manifest.remove_abandoned(out.parent, (f".{out.name}.tmp-",))
             tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     except OSError as exc:
         raise OutputError(f"{os.fspath(out_dir)}: cannot create the output folder "
                           f"({exc.strerror or exc})") from None
     try:
+        manifest.mark(tmp)
         summary = _write(matrix, results, tmp, lap)
-        _publish(tmp, out)
+        _publish(tmp, out, paths, own_folder)
     except OSError as exc:
         raise OutputError(f"{os.fspath(out_dir)}: cannot write the reports ({exc.strerror or exc})") from None
     finally:
@@ -206,7 +245,7 @@ def _write(matrix: Matrix, results, tmp: Path, lap) -> dict:
                     picture.result()
                 lap("png")
                 summary = summary_data(matrix, results, digest.result() if digest is not None else None)
-                text = json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+                text = unicode_text(json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
                 (tmp / "summary.json").write_text(text, encoding="utf-8")
                 lap("summary")
             except BaseException:

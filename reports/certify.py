@@ -33,7 +33,9 @@ from detconf.vocabulary import FAILING
 from reports.load import ResultsError, load
 from reports.planned import MISSING, planned_cells
 
-FORMAT = "detconf-certification/1"
+FORMAT = "detconf-certification/2"
+#: Formats ``verify`` reads: /1 (before the statement named the logs) and /2.
+FORMATS = ("detconf-certification/1", FORMAT)
 ROOT = Path(__file__).resolve().parents[1]
 FINDINGS_FILE = ROOT / "conformance" / "data" / "known-findings.json"
 FINDINGS_IN_REPO = "conformance/data/known-findings.json"
@@ -124,6 +126,27 @@ def _finding_matches(finding: dict, row: dict) -> bool:
         row, source=finding.get("source"), entry_id=finding.get("entry_id"), torch=spec,
         devices=finding.get("devices") or (), modes=finding.get("modes") or (), compile=finding.get("compile") or (),
         phases=finding.get("phases") or ())
+
+
+def findings_at(commit: str | None, root: Path = ROOT) -> list[dict] | None:
+    """The known findings recorded at the suite's ``commit`` (``git show`` in the repository at
+    ``root``), or None where they cannot be read from there."""
+    import subprocess
+
+    if not commit:
+        return None
+    try:
+        shown = subprocess.run(["git", "-C", str(root), "show", f"{commit}:{FINDINGS_IN_REPO}"], capture_output=True,
+                               text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if shown.returncode != 0:
+        return None
+    try:
+        data = json.loads(shown.stdout)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, list) else None
 
 
 def read_findings(path: Path) -> list[dict]:
@@ -254,7 +277,14 @@ def certify(paths: list[str], out: str, *, product: str, vendor: str, logs: Iter
             raise CertifyError(f"run {rec['run_id']} does not list its planned cases (results written before the "
                                "list existed): run the suite again to certify")
     must_pass = must_pass_of(runs)
-    findings = read_findings(findings_file) if findings_file.exists() else []
+    # The findings recorded at the revision the runs ran (what verify checks the package against);
+    # the checkout's file where that revision cannot be read (or another file was given).
+    commit = next((r["env"].get("suite_commit") for r in runs if (r.get("env") or {}).get("suite_commit")), None)
+    recorded = findings_at(commit) if findings_file == FINDINGS_FILE else None
+    if recorded is not None:
+        findings = recorded
+    else:
+        findings = read_findings(findings_file) if os.path.lexists(findings_file) else []
     waivers = waivers_for(rows, findings)
     statement = {"format": FORMAT, "product": product.strip(), "vendor": vendor.strip(),
                  "date": date or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -271,11 +301,14 @@ def certify(paths: list[str], out: str, *, product: str, vendor: str, logs: Iter
             name = f"results/{_safe_name(i, path)}"
             shutil.copyfile(path, tmp / name)
             names.append(name)
+        logs = []
         if log_files:
             (tmp / "logs").mkdir()
             for i, log in enumerate(log_files):
                 shutil.copyfile(log, tmp / "logs" / _safe_name(i, log))
+                logs.append(f"logs/{_safe_name(i, log)}")
         statement["results"] = names
+        statement["logs"] = logs
         write_json(tmp / STATEMENT, statement)
         (tmp / MUST_PASS).write_text("".join(json.dumps(c, sort_keys=True) + "\n" for c in must_pass),
                                      encoding="utf-8")
@@ -288,6 +321,9 @@ def certify(paths: list[str], out: str, *, product: str, vendor: str, logs: Iter
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise CertifyError(f"{out}: cannot write the package ({exc.strerror or exc})") from None
+    except BaseException:  # an interrupt (SIGINT, SIGTERM): no half-written package is left
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return target
 
 

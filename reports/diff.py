@@ -62,6 +62,7 @@ class Diff:
     changed: list[tuple] = field(default_factory=list)  # (cell, before, after, cause)
     promises: list[tuple] = field(default_factory=list)  # (cell, expected before, expected after, verdict)
     fingerprints: list[tuple] = field(default_factory=list)  # (cell, [example], compared)
+    still_missing: list[tuple] = field(default_factory=list)  # (cell,): missing in both runs
     regressions: list[tuple] = field(default_factory=list)  # (cell, before, after or None)
     show_compile: bool = False  # some cell of either file is not eager: columns name the setting
 
@@ -117,6 +118,9 @@ def compare(a: Results, b: Results, *, strict: bool = False) -> Diff:
     b_rows = match[matched]
     changed = verdict[a_rows] != verdict[na + b_rows]
     promise = expected[a_rows] != expected[na + b_rows]
+    # A cell missing in the new run is a regression even where the baseline misses it too.
+    is_missing = np.asarray(pc.fill_null(pc.equal(both.column("verdict"), MISSING), False), dtype=bool)
+    stays_missing = is_missing[na + b_rows] & ~changed
 
     # Fingerprints: rows of both files with fingerprints whose digests differ are read back.
     fp_pairs: list[tuple[int, int]] = []
@@ -129,7 +133,7 @@ def compare(a: Results, b: Results, *, strict: bool = False) -> Diff:
     # What is reported, as (side, row) of the file whose row orders the cell (A where it is in A).
     removed = np.flatnonzero(~matched)
     added = np.flatnonzero(row_in_a[code_b] < 0)
-    interesting = sorted(set(removed.tolist()) | set(a_rows[changed | promise].tolist())
+    interesting = sorted(set(removed.tolist()) | set(a_rows[changed | promise | stays_missing].tolist())
                          | {i for i, _ in fp_pairs})
     match_of = dict(zip(a_rows.tolist(), b_rows.tolist()))
     counterpart = [match_of[i] for i in interesting if i in match_of]
@@ -200,6 +204,9 @@ def compare(a: Results, b: Results, *, strict: bool = False) -> Diff:
             diff.changed.append((cell, rec["verdict"], after["verdict"], cause))
             if rec["verdict"] == "conforms" or after["verdict"] == MISSING:
                 diff.regressions.append((cell, rec["verdict"], after["verdict"]))
+        elif after["verdict"] == MISSING:
+            diff.still_missing.append((cell,))
+            diff.regressions.append((cell, MISSING, MISSING))
         elif cause.startswith("docs"):
             diff.promises.append((cell, before_expected, after_expected, rec["verdict"]))
         if row in fp_found:
@@ -258,6 +265,9 @@ def render(diff: Diff, path_a: str, path_b: str) -> list[str]:
             + ("  REGRESSION" if c in regressed else "")
             for c, before, after, cause in diff.changed
         ]
+    if diff.still_missing:
+        lines.append(f"still missing ({len(diff.still_missing)}; planned, and no row in either run):")
+        lines += [f"  ! {_entry_name(c.entry)} [{column(c)}]: missing  REGRESSION" for (c,) in diff.still_missing]
     if diff.promises:
         lines.append(f"promises changed, verdict unchanged ({len(diff.promises)}; docs):")
         lines += [f"  = {_entry_name(c.entry)} [{column(c)}]: expected {old} → {new}, still {verdict}"
@@ -271,7 +281,7 @@ def render(diff: Diff, path_a: str, path_b: str) -> list[str]:
             for c, moved, compared in diff.fingerprints
         ]
     if not any((diff.added_entries, diff.removed_entries, diff.added_cells,
-                diff.removed_cells, diff.changed, diff.promises, diff.fingerprints)):
+                diff.removed_cells, diff.changed, diff.still_missing, diff.promises, diff.fingerprints)):
         lines.append("no differences")
     if diff.regressions:
         gone = sum(1 for _, _, after in diff.regressions if after == MISSING)

@@ -53,6 +53,36 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version))
 
 
+#: The docstring snapshots the project keeps (read as data: one folder per release).
+SNAPSHOTS = Path(__file__).resolve().parents[1] / "conformance" / "data" / "torch-docs"
+_RELEASE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+#: Typed fields of a spec-history line besides HISTORY_FIELDS (``python -m conformance
+#: spec-history`` writes ``Entry.to_json()``): name -> (check, what it must be).
+_TYPED = {
+    "position": (lambda v: v is None or (type(v) is int and v >= 0), "a whole number from 0 or null"),
+    "backward": (lambda v: type(v) is bool, "true or false"),
+    "indices_output": (lambda v: type(v) is bool, "true or false"),
+    "weights_given": (lambda v: type(v) is bool, "true or false"),
+    "quantized": (lambda v: type(v) is bool, "true or false"),
+    "sparse_dense": (lambda v: type(v) is bool, "true or false"),
+    "devices": (lambda v: type(v) is list and all(type(d) is str and d for d in v), "a list of device names"),
+    "dtypes": (lambda v: type(v) is list and all(type(d) is str and d for d in v), "a list of dtype classes"),
+    "qualifiers": (lambda v: type(v) is list and all(type(d) is str and d for d in v), "a list of words"),
+    "cases": (lambda v: type(v) is list and all(type(c) is dict for c in v), "a list of objects"),
+    "promise": (lambda v: type(v) is str and bool(v), "a non-empty string"),
+    "source": (lambda v: type(v) is str and bool(v), "a non-empty string"),
+    "torch": (lambda v: v is None or (type(v) is str and bool(v)), "a version range or null"),
+}
+
+
+def known_releases() -> list[str]:
+    """The releases whose docstring snapshot this checkout keeps (empty: none found here)."""
+    if not SNAPSHOTS.is_dir():
+        return []
+    return sorted((p.name for p in SNAPSHOTS.iterdir() if p.is_dir() and _RELEASE.fullmatch(p.name)),
+                  key=_version_key)
+
+
 def load_history(path: Path = DEFAULT_HISTORY) -> tuple[pd.DataFrame, list[str]]:
     """The presence table of a spec-history file: one row per (release, key) with op, list and
     sentence as that release documents them; and the releases, oldest first."""
@@ -62,6 +92,7 @@ def load_history(path: Path = DEFAULT_HISTORY) -> tuple[pd.DataFrame, list[str]]
     except (OSError, UnicodeDecodeError) as exc:
         raise HistoryError(f"{path}: cannot read spec history: {getattr(exc, 'strerror', None) or exc}") from None
     rows = []
+    releases: list[str] | None = None
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -74,6 +105,18 @@ def load_history(path: Path = DEFAULT_HISTORY) -> tuple[pd.DataFrame, list[str]]
         bad = [f for f in HISTORY_FIELDS if not isinstance(record.get(f), str) or not record.get(f)]
         if bad:
             raise HistoryError(f"{path}:{lineno}: field {bad[0]!r} must be a non-empty string")
+        for name, (valid, what) in _TYPED.items():
+            if name in record and not valid(record[name]):
+                raise HistoryError(f"{path}:{lineno}: field {name!r} must be {what}, got "
+                                   f"{' '.join(json.dumps(record[name], default=str).split())[:40]}")
+        release = record["doc_version"]
+        if not _RELEASE.fullmatch(release):
+            raise HistoryError(f"{path}:{lineno}: doc_version {release[:40]!r} is not a release (X.Y.Z)")
+        if releases is None:
+            releases = known_releases()
+        if releases and release not in releases:
+            raise HistoryError(f"{path}:{lineno}: doc_version {release!r} is not a release whose docs this "
+                               f"checkout keeps ({releases[0]} … {releases[-1]})")
         rows.append({"release": record["doc_version"], "key": record["entry_id"], "op": record["op"],
                      "list_name": record["list_name"], "sentence": record["sentence"]})
     if not rows:

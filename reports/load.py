@@ -35,6 +35,7 @@ import json
 import math
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from typing import Iterable, Iterator
@@ -1045,6 +1046,15 @@ def read_file(path: str | os.PathLike, want_fingerprints: bool = False, pool=Non
             free.append(buf)
 
     try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise _fail(name, None, f"cannot read ({exc.strerror or exc})") from None
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):  # a folder: open() names it below
+        kind = "a pipe" if stat.S_ISFIFO(info.st_mode) else "a device" if (
+            stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)) else "not a regular file"
+        raise _fail(name, None, f"cannot read ({kind}, which a reader would wait on; a results file is a "
+                                "regular file)")
+    try:
         with open(path, "rb") as f:
             for data, offset in _chunks(f, buffer):
                 if data is None:
@@ -1128,6 +1138,13 @@ def _load(paths, key: tuple[str, ...], want_fingerprints: bool, columns) -> Resu
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+    first_seen: dict[str, tuple[int, int]] = {}
+    for f in files:
+        for line, rec in f.runs:
+            seen = first_seen.setdefault(rec["run_id"], (f.index, line))
+            if seen != (f.index, line):
+                raise _fail(f.name, line, f"run {rec['run_id']!r} was read already ({files[seen[0]].name}:{seen[1]}): "
+                                          "a file given twice, or a copy of a run? give each run once")
     inputs = [{"path": f.name, "results": f.results, "runs": len(f.runs), "ends": len(f.ends)} for f in files]
     runs_by_id: dict[str, dict] = {}
     for f in files:

@@ -106,9 +106,16 @@ def write_files(out_dir: str | os.PathLike, files: dict[str, str]) -> Path:
 
 
 def emit(text: str) -> None:
-    """Print ``text`` (a newline added) and flush it."""
+    """Print ``text`` (a newline added) and flush it. A character the output's encoding lacks
+    (``PYTHONIOENCODING=ascii``) is shown as ``?``; a closed standard output is an OutputError."""
+    if sys.stdout is None:
+        raise OutputError("cannot write to standard output (it is closed)")
     try:
-        sys.stdout.write(text + "\n")
+        try:
+            sys.stdout.write(text + "\n")
+        except UnicodeEncodeError:
+            encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+            sys.stdout.write((text + "\n").encode(encoding, "replace").decode(encoding, "replace"))
         sys.stdout.flush()
     except OSError as exc:
         # Nothing more can reach standard output; what is left in its buffer goes nowhere at exit.

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pandas only where a frame is made safe: the plugin's termin
     import pandas as pd
 
 __all__ = ["csv_arrow", "csv_cell", "csv_column", "csv_frame", "csv_table", "csv_text", "md_cell", "md_frame",
-           "one_line", "terminal"]
+           "one_line", "terminal", "unicode_text"]
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -158,6 +158,22 @@ _csv_text_cached = functools.lru_cache(maxsize=1 << 16, typed=True)(_csv_text)
 def md_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """Every cell of ``frame`` as :func:`md_cell` text (numbers keep their digits)."""
     return frame.astype(object).map(md_cell) if hasattr(frame, "map") else frame.astype(object).applymap(md_cell)
+
+
+def unicode_text(text: str) -> str:
+    """``text`` with lone surrogates -- bytes a non-UTF-8 locale could not decode, kept by
+    ``surrogateescape`` (a file name under ``LC_ALL=C``) -- read as the UTF-8 they stand for;
+    what is not UTF-8 becomes U+FFFD. Text without them comes back as it is."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raw = text.encode("utf-8", "surrogatepass")
+    return raw.decode("utf-8", "replace")
 
 
 def terminal(text: str) -> str:

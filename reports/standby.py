@@ -6,12 +6,13 @@ fonts) and builds a small report of its own once in a private temporary folder (
 the HTML template, fonts, pyarrow's reader), about a second which the run would otherwise spend
 after its last test, then waits for one request on its standard input, a JSON line::
 
-    {"summary": "PATH", "build": {"paths": ["RESULTS", ...], "out": "DIR"}}
+    {"summary": "PATH", "build": {"paths": ["RESULTS", ...], "out": "DIR", "own": true}}
 
-Both keys are optional. It answers with one JSON line on its standard output and exits::
+Both keys are optional; ``own``: ``DIR`` is the run's own report folder (``reports.build.build``'s
+``own_folder``). It answers with one JSON line on its standard output and exits::
 
     {"lines": [...]} or {"summary_error": "..."}       the terminal-summary lines of PATH
-    {"built": true} or {"build_error": "Type: ..."}    reports.build.build(paths, out)
+    {"built": true} or {"build_error": "Type: ..."}    reports.build.build(paths, out, own_folder=own)
 
 An end of input before any request (the run stopped, or had nothing to build) is a quiet exit.
 Once the reply is written it leaves at once (``os._exit``), without unloading its libraries.
@@ -79,7 +80,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     spec = request.get("build")
     if spec:
         try:
-            build(list(spec["paths"]), spec["out"])
+            build(list(spec["paths"]), spec["out"], own_folder=bool(spec.get("own")))
         except Exception as exc:  # noqa: BLE001 - the caller says why the matrix was not built
             reply["build_error"] = f"{type(exc).__name__}: {exc}"
         else:

@@ -17,14 +17,19 @@ from pathlib import Path
 
 from detconf.findings_rule import torch_in, torch_range
 from detconf.vocabulary import FAILING
+from detconf.vocabulary import DEFAULT_COMPILE, DEFAULT_MODES, DEFAULT_SOURCES
 from reports.certify import (
-    ALLOWED, ENV_REQUIRED, ENVIRONMENT, FINDINGS_FILE, FINDINGS_IN_REPO, GIVEN, MUST_PASS, ROOT, STATEMENT, SUMS,
-    WAIVERS, CertifyError, _finding_matches, cell_name, cell_of, environment_of, facts, must_pass_of, package_files,
-    read_runs, sha256_file,
+    ALLOWED, ENV_REQUIRED, ENVIRONMENT, FINDINGS, FINDINGS_FILE, FINDINGS_IN_REPO, FORMAT, FORMATS, GIVEN, MUST_PASS,
+    ROOT, STATEMENT, SUMS, WAIVERS, CertifyError, _finding_matches, cell_name, cell_of, environment_of, facts,
+    must_pass_of, package_files, read_runs, sha256_file,
 )
 from reports.load import ResultsError, load
 
 _SUM_LINE = re.compile(r"([0-9a-f]{64})  (\S(?:.*\S)?)")
+#: The files certify writes besides the results and logs the statement names.
+_OWN_FILES = (STATEMENT, MUST_PASS, ENVIRONMENT, WAIVERS, FINDINGS)
+#: Options that select part of a plan, as an old run record's argv shows them.
+_SELECTING = ("-k", "-m", "--lf", "--last-failed", "--deselect", "--sw", "--stepwise")
 
 
 def _git(*args: str) -> subprocess.CompletedProcess | None:
@@ -87,6 +92,77 @@ class _Check:
         for name in sorted(present - set(listed)):
             self.problem(f"{name}: not listed in {SUMS}")
 
+    # -- which files
+    def files(self, statement) -> None:
+        """The package holds what certify writes and nothing else: its own files, the results
+        files and (format 2 on) the logs the statement names, each of them."""
+        if not isinstance(statement, dict):
+            return
+        named = {*_OWN_FILES, SUMS}
+        for field in ("results", "logs"):
+            names = statement.get(field)
+            if isinstance(names, list):
+                named.update(n for n in names if isinstance(n, str))
+        present = set(package_files(self.pkg))
+        if statement.get("format") == FORMAT:
+            logs = statement.get("logs")
+            if not isinstance(logs, list) or not all(isinstance(n, str) and n.startswith("logs/") for n in logs):
+                self.problem(f"{STATEMENT}: 'logs' must list the package's logs")
+            else:
+                for name in sorted(set(logs) - present):
+                    self.problem(f"{name}: named by {STATEMENT} but not in the package (a log was removed)")
+        elif statement.get("format") in FORMATS:
+            named.update(n for n in present if n.startswith("logs/"))
+            self.notes.append(f"note: a {statement.get('format')} package does not name its logs; they were not "
+                              "checked against the statement")
+        for name in sorted(present - named):
+            self.problem(f"{name}: not a file certify writes (nor a results file or log the statement names)")
+
+    # -- the plan
+    def plan(self, runs: list[dict]) -> None:
+        """Each run ran its whole plan (no -k, -m, --lf, --deselect or node ids) of the default
+        sources, modes and compile setting at least: a certification cannot be cherry-picked."""
+        for run in runs:
+            env = run.get("env") or {}
+            whole, listed = run.get("whole_plan"), run.get("planned_cases")
+            if isinstance(whole, int) and isinstance(listed, list):
+                if whole != len(listed):
+                    self.problem(f"run {run['run_id']}: it ran {len(listed)} of the {whole} cases of its plan (a -k, -m, "
+                                 "--lf, --deselect or node-id selection); certify a run of the whole plan (or every "
+                                 "--shard part of it)")
+            else:  # a run before the record said: what its command line shows
+                argv = [a for a in env.get("argv") or [] if isinstance(a, str)]
+                picked = [a for a in argv if a in _SELECTING or a.startswith(("-k", "-m", "--deselect=")) or "::" in a]
+                if picked:
+                    self.problem(f"run {run['run_id']}: its command line selects part of the plan "
+                                 f"({_short(' '.join(picked))}); certify a run of the whole plan")
+            for field, default, what in (("sources", DEFAULT_SOURCES, "source"), ("modes", DEFAULT_MODES, "mode"),
+                                         ("compile", DEFAULT_COMPILE, "compile setting")):
+                value = env.get(field)
+                if value in (None, "all"):
+                    continue
+                chosen = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+                left_out = [d for d in default if d not in chosen]
+                if left_out:
+                    self.problem(f"run {run['run_id']}: it left out the default {what}(s) {', '.join(left_out)} "
+                                 f"(it ran {_short(chosen)}); a certification covers at least "
+                                 f"{', '.join(default)}")
+
+    # -- the known findings of the package
+    def findings(self, runs: list[dict]) -> None:
+        """``known-findings.json`` is the suite's findings at the certified revision (or, where
+        that cannot be read, the checkout's, said in a note)."""
+        packaged = self.json(FINDINGS)
+        if packaged is None:
+            return
+        recorded = self.recorded_findings(runs, quiet=True)
+        if recorded is None:
+            return
+        if packaged != recorded:
+            changed = sum(1 for f in packaged if f not in recorded) + sum(1 for f in recorded if f not in packaged)
+            self.problem(f"{FINDINGS} is not the known findings recorded at the certified revision "
+                         f"({changed} finding(s) added, removed or changed)")
+
     # -- the revision
     def revision(self, runs: list[dict]) -> None:
         commits = []
@@ -115,10 +191,15 @@ class _Check:
         if not path.is_file():
             self.problem(f"{MUST_PASS} is missing")
         else:
-            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                self.problem(f"{MUST_PASS}: cannot read ({'not UTF-8' if isinstance(exc, UnicodeDecodeError) else exc})")
+                text = ""
+            for number, line in enumerate(text.splitlines(), 1):
                 try:
                     listed.append(cell_of(json.loads(line)))
-                except (ValueError, AttributeError, TypeError):
+                except (ValueError, AttributeError, TypeError, RecursionError):
                     self.problem(f"{MUST_PASS}:{number}: not a case")
         planned = [cell_of(c) for c in must_pass_of(runs)]
         if set(listed) != set(planned) or len(listed) != len(set(listed)):
@@ -199,23 +280,25 @@ class _Check:
                     self.problem(f"run {run['run_id']}: a CUDA device without the CUDA runtime and driver versions")
 
     # -- waivers
-    def recorded_findings(self, runs: list[dict]) -> list[dict] | None:
+    def recorded_findings(self, runs: list[dict], *, quiet: bool = False) -> list[dict] | None:
         commit = next((r["env"].get("suite_commit") for r in runs if r.get("env", {}).get("suite_commit")), None)
         if commit and _repository():
             shown = _git("show", f"{commit}:{FINDINGS_IN_REPO}")
             if shown is not None and shown.returncode == 0:
                 try:
                     return json.loads(shown.stdout)
-                except ValueError:
+                except (ValueError, RecursionError):
                     pass
         if FINDINGS_FILE.is_file():
-            self.notes.append(f"note: waivers checked against {FINDINGS_FILE} (the findings of revision "
+            what = f"{FINDINGS} checked" if quiet else "waivers checked"
+            self.notes.append(f"note: {what} against {FINDINGS_FILE} (the findings of revision "
                               f"{commit or '?'} could not be read from a repository)")
             try:
                 return json.loads(FINDINGS_FILE.read_text(encoding="utf-8"))
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
-        self.problem("no recorded known findings to check the waivers against")
+        if not quiet:
+            self.problem("no recorded known findings to check the waivers against")
         return None
 
     def waivers(self, waivers, runs: list[dict], rows: list[dict]) -> list:
@@ -242,7 +325,7 @@ class _Check:
         return waivers
 
     # -- the statement
-    def statement(self, statement, runs, rows, waivers, digest: str) -> None:
+    def statement(self, statement, runs, rows, waivers, digest: str, ends: dict | None = None) -> None:
         if not isinstance(statement, dict):
             if statement is not None:
                 self.problem(f"{STATEMENT} must be an object")
@@ -250,6 +333,13 @@ class _Check:
         for name in GIVEN:
             if not isinstance(statement.get(name), str) or not statement[name].strip():
                 self.problem(f"{STATEMENT}: '{name}' is missing or empty")
+        if isinstance(statement.get("format"), str) and statement["format"].strip() and \
+                statement["format"] not in FORMATS:
+            self.problem(f"{STATEMENT}: 'format' is {_short(statement['format'])}, expected {FORMAT}")
+        if isinstance(statement.get("date"), str) and statement["date"].strip():
+            problem = _date_problem(statement["date"], runs, ends or {})
+            if problem:
+                self.problem(f"{STATEMENT}: 'date' {problem}")
         try:
             expected = facts(runs, rows, must_pass_of(runs), waivers, digest)
         except CertifyError as exc:
@@ -268,6 +358,7 @@ def verify(pkg_path: str) -> tuple[int, list[str]]:
     check = _Check(pkg)
     check.digests()
     statement = check.json(STATEMENT)
+    check.files(statement)
     names = statement.get("results") if isinstance(statement, dict) else None
     results_dir = pkg / "results"
     present = sorted(p.relative_to(pkg).as_posix() for p in results_dir.iterdir()) if results_dir.is_dir() else []
@@ -288,11 +379,13 @@ def verify(pkg_path: str) -> tuple[int, list[str]]:
             check.problem(f"results: {exc}")
         else:
             runs, rows, ends = read_runs(paths)
+            check.plan(runs)
+            check.findings(runs)
             check.revision(runs)
             waivers = check.waivers(check.json(WAIVERS), runs, rows)
             check.cases(runs, rows, ends, waivers)
             check.environment(runs, ends)
-            check.statement(statement, runs, rows, waivers, merged.digest())
+            check.statement(statement, runs, rows, waivers, merged.digest(), ends)
     lines = list(check.notes) + list(dict.fromkeys(check.problems))
     if check.problems:
         lines.append(f"REFUSED: {pkg_path}: {len(set(check.problems))} problem(s)")
@@ -300,6 +393,28 @@ def verify(pkg_path: str) -> tuple[int, list[str]]:
     lines.append(f"verified: {pkg_path}: {statement.get('cases')} must-pass cases, one row each; "
                  f"{statement.get('waived')} waived by recorded findings; revision {statement['suite']['commit']}")
     return 0, lines
+
+
+def _date_problem(date: str, runs: list[dict], ends: dict) -> str | None:
+    """What is wrong with the statement's date: not a UTC time as certify writes it
+    (``2026-11-25T10:00:00Z``), before a run ended, or in the future."""
+    import datetime as dt
+
+    try:
+        when = dt.datetime.strptime(date, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    except ValueError:
+        return f"is {_short(date)}, expected a UTC time such as 2026-11-25T10:00:00Z"
+    if when > dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1):
+        return f"is {date}, in the future"
+    for run in runs:
+        for stamp in (run.get("started"), (ends.get(run["run_id"]) or {}).get("ended")):
+            try:
+                at = dt.datetime.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+            except ValueError:
+                continue
+            if when < at:
+                return f"is {date}, before run {run['run_id']} ended ({stamp})"
+    return None
 
 
 def _torch_under_test(run: dict) -> str:

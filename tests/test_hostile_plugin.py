@@ -399,8 +399,8 @@ def test_the_matrix_never_overwrites_what_it_did_not_write(tmp_path):
     out = run_pytest(*ONE_ENTRY, "--mode", "error", "--results", str(results))
     assert out.returncode == 0, out.stdout[-2000:]
     lines = [line for line in out.stdout.splitlines() if line.startswith("matrix not built: ")]
-    assert lines == [f"matrix not built: {report} holds files the report builder did not write (notes.txt); "
-                     "move them or give another --results"], out.stdout[-2000:]
+    assert lines == [f"matrix not built: {report} holds files the report builder did not write (matrix.md, "
+                     "notes.txt); move them or give another --results"], out.stdout[-2000:]
     assert sorted(p.name for p in report.iterdir()) == ["matrix.md", "notes.txt"]
     assert (report / "matrix.md").read_text() == "mine too\n" and (report / "notes.txt").read_text() == "mine\n"
     assert len(runs_in(results)[0]["rows"]) == 1
@@ -421,23 +421,37 @@ def _with_link(report: Path) -> None:
     report.symlink_to(report.parent / "elsewhere")
 
 
+def _built_earlier(report: Path, name: str = "matrix.png", results: str = "results.jsonl") -> None:
+    """``name`` in ``report`` as an earlier build left it: listed in the builder's manifest."""
+    from reports import manifest
+
+    report.mkdir(exist_ok=True)
+    (report / name).write_bytes(b"png")
+    manifest.write(report, {name: manifest.identity(report / name)}, [report.parent / results])
+
+
 @pytest.mark.parametrize("state,problem", [
     (lambda report: None, None),
     (lambda report: report.mkdir(), None),
-    (lambda report: (report.mkdir(), (report / "matrix.png").write_bytes(b"png")), None),
+    (_built_earlier, None),
+    (lambda report: (report.mkdir(), (report / "matrix.png").write_bytes(b"png")), "did not write (matrix.png)"),
+    (lambda report: (_built_earlier(report), (report / "matrix.png").write_bytes(b"edited")),
+     "did not write (matrix.png)"),
+    (lambda report: _built_earlier(report, results="results.json"), "holds the report of"),
     (lambda report: (report.mkdir(), (report / "notes.txt").write_text("x")), "did not write (notes.txt)"),
     (lambda report: (report.mkdir(), (report / "summary.json").mkdir()), "did not write (summary.json)"),
     (lambda report: (report.mkdir(), *((report / f"n{i}").write_text("x") for i in range(5))),
      "did not write (n0, n1, n2 and 2 more)"),
     (lambda report: report.write_text("x"), "exists and is not a folder"),
     (_with_link, "is a symbolic link"),
-], ids=["absent", "empty", "builder-files", "foreign-file", "folder-named-like-output", "many", "a-file", "a-link"])
+], ids=["absent", "empty", "builder-files", "builder-names-without-manifest", "builder-file-edited",
+        "report-of-another-file", "foreign-file", "folder-named-like-output", "many", "a-file", "a-link"])
 def test_which_report_folders_the_builder_may_write_into(state, problem, tmp_path):
     plugin = _plugin_module()
     report = plugin.report_dir(tmp_path / "results.jsonl")
     assert report == tmp_path / "results-report"
     state(report)
-    found = plugin._report_dir_problem(report)
+    found = plugin._report_dir_problem(report, tmp_path / "results.jsonl")
     assert (found is None) if problem is None else (problem in found and "\n" not in found)
 
 
@@ -445,8 +459,11 @@ def test_the_matrix_goes_to_its_own_folder_beside_a_results_csv(tmp_path):
     """``--results DIR/results.csv`` once lost the rows to the builder's results.csv."""
     results = tmp_path / "results.csv"
     report = tmp_path / "results-report"
-    report.mkdir()
+    _built_earlier(report, "matrix.md", "results.csv")
     (report / "matrix.md").write_text("stale\n")  # the builder's own file from an earlier run
+    from reports import manifest
+
+    manifest.write(report, {"matrix.md": manifest.identity(report / "matrix.md")}, [results])
     out = run_pytest(*ONE_ENTRY, "--mode", "error", "--results", str(results))
     assert out.returncode == 0, out.stdout[-2000:]
     [run] = runs_in(results)  # still the JSON lines of the run

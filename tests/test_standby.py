@@ -109,7 +109,8 @@ def _run(tmp_path: Path, *args: str, kill: bool = False) -> tuple[subprocess.Com
 def _matrix_written(tmp_path: Path, out: subprocess.CompletedProcess) -> None:
     folder = tmp_path / "out" / "results-report"
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        ["matrix.csv", "results.csv", "matrix.md", "matrix.html", "matrix.png", "summary.json"])
+        ["matrix.csv", "results.csv", "matrix.md", "matrix.html", "matrix.png", "summary.json",
+         ".detconf-report.json"])  # the builder's manifest of the files it wrote (reports.manifest)
     assert f"matrix: {folder / 'matrix.md'}" in out.stdout
     assert "put_(accumulate=False)" in (folder / "matrix.md").read_text(encoding="utf-8")
     assert "cpu/error: conforms" in out.stdout  # the summary lines

@@ -219,6 +219,8 @@ def test_certification_accepts_the_cells_that_do_not_apply(cublas_run, tmp_path)
     assert out.returncode == 0, out.stdout[-3000:]
     records = _records(results)
     records[0]["env"]["suite_dirty"] = False  # as a clean checkout of this commit records (see test_certify)
+    records[0]["whole_plan"] = records[0]["planned"]  # the small run stands for a whole-plan run (see test_certify)
+    records[0]["env"]["sources"] = "all"
     copy = tmp_path / "results.jsonl"
     copy.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
     made = subprocess.run([sys.executable, "-m", "reports", "certify", str(copy), "--out", str(tmp_path / "pkg"),
