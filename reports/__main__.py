@@ -1,4 +1,4 @@
-"""``python -m reports {build,diff,drift,sensitivity,certify,verify,fingerprints}``.
+"""``python -m reports {build,diff,drift,sensitivity,overview,certify,verify,fingerprints}``.
 
 Exit status: 0 success; 1 ``diff`` found a regression, or ``verify`` (or the check at the end of
 ``certify``) refused the package, one line per problem; 2 bad input, an output that cannot be
@@ -26,7 +26,7 @@ def _parser():
         epilog="Exit status: 0 ok, 1 diff found a regression, 2 bad input (one line on stderr).",
     )
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{build,diff,drift,sensitivity,certify,verify,fingerprints}",
+                                metavar="{build,diff,drift,sensitivity,overview,certify,verify,fingerprints}",
                                 parser_class=ArgumentParser)
 
     p_build = sub.add_parser("build", help="write matrix.csv/.md/.html/.png, results.csv, summary.json")
@@ -55,6 +55,8 @@ def _parser():
                    add_help=False)
     sub.add_parser("sensitivity", help="positive-control table from --mode off rows; arguments are passed on",
                    add_help=False)
+    sub.add_parser("overview", help="one bar per column across torch versions and devices (overview.png, "
+                                    "overview.md); arguments are passed on", add_help=False)
     sub.add_parser("fingerprints", help="two GPUs' results compared example by example (reports.fingerprints); "
                                         "arguments are passed on", add_help=False)
     return parser
@@ -82,6 +84,10 @@ def _run(argv: list[str]) -> int:
         from reports.sensitivity import main as sensitivity_main
 
         return sensitivity_main(argv[1:])
+    if argv and argv[0] == "overview":
+        from reports.overview import main as overview_main
+
+        return overview_main(argv[1:])
     if argv and argv[0] == "fingerprints":
         from reports.fingerprints import main as fingerprints_main
 
@@ -160,7 +166,7 @@ def _stop_on_sigterm() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    from reports.load import ResultsError
+    from reports.records import ResultsError
 
     _memory_pool()
     handler = _stop_on_sigterm()

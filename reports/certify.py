@@ -30,8 +30,9 @@ from typing import Any, Iterable
 
 from detconf.findings_rule import covers
 from detconf.vocabulary import FAILING
-from reports.load import ResultsError, load
+from reports.load import load
 from reports.planned import MISSING, planned_cells
+from reports.records import ResultsError
 
 FORMAT = "detconf-certification/2"
 #: Formats ``verify`` reads: /1 (before the statement named the logs) and /2.

@@ -29,12 +29,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from reports.load import load
+from reports.merge import group_codes
+from reports.ordering import compile_key, device_key, entry_sort_key, mode_key
 from reports.planned import MISSING
-from reports.load import (
-    DEFAULT_COMPILE, DEFAULT_PHASE, DIFF_COLUMNS, ENTRY_KEY, Results, _group, compile_key, device_key,
-    entry_sort_key, load, mode_key,
-)
+from reports.records import DEFAULT_PHASE, EAGER, ENTRY_KEY
+from reports.results import Results
 
+#: What ``diff`` keeps of each row (besides what merging and ordering need).
+DIFF_COLUMNS = ("verdict", "expected", "has_fingerprints")
 DIFF_KEY = ("source", "doc_version", "entry_id", "phase", "device", "mode", "compile")
 
 
@@ -43,12 +46,12 @@ class Cell:
     entry: tuple  # (source, doc_version, entry_id, phase)
     device: str
     mode: str
-    compile: str = DEFAULT_COMPILE
+    compile: str = EAGER
 
     @property
     def column(self) -> str:
         """``device/mode``, and the compile setting where it is not eager."""
-        return f"{self.device}/{self.mode}" + (f"/{self.compile}" if self.compile != DEFAULT_COMPILE else "")
+        return f"{self.device}/{self.mode}" + (f"/{self.compile}" if self.compile != EAGER else "")
 
 
 @dataclass
@@ -97,8 +100,8 @@ def _fingerprint_dicts(results: Results, rows: list[int]) -> list[dict | None]:
 def compare(a: Results, b: Results, *, strict: bool = False) -> Diff:
     na = len(a)
     both = pa.table({name: pa.concat_arrays([a.column(name), b.column(name)]) for name in _FIELDS})
-    cell_code, _ = _group(both, DIFF_KEY)
-    entry_code, n_entries = _group(both, ENTRY_KEY)
+    cell_code, _ = group_codes(both, DIFF_KEY)
+    entry_code, n_entries = group_codes(both, ENTRY_KEY)
     verdict = _codes(both.column("verdict"))
     expected = _codes(both.column("expected"))
     code_a, code_b = cell_code[:na], cell_code[na:]
@@ -162,7 +165,7 @@ def compare(a: Results, b: Results, *, strict: bool = False) -> Diff:
 
     diff = Diff(a=a, b=b)
     compiles = set(pc.unique(both.column("compile")).to_pylist())
-    diff.show_compile = compiles != {DEFAULT_COMPILE}
+    diff.show_compile = compiles != {EAGER}
     fp_found = {}
     if fp_pairs:
         dicts_a = _fingerprint_dicts(a, [i for i, _ in fp_pairs])

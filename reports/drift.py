@@ -33,8 +33,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from reports.load import ResultsError
 from reports.output import ArgumentParser, check_out_dir, emit, write_files
+from reports.records import ResultsError
 from reports.safe import csv_table, md_frame, terminal
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "published" / "drift"

@@ -28,7 +28,7 @@ summary line on standard output.
 The files are read line by line here, not with :func:`reports.load.load`: the CUDA checks of
 the reproducibility notes (cuBLAS workspace) write ``detail.fingerprints`` as a *list* of run
 fingerprints, which that reader rejects; here such a row simply has no per-example fingerprints.
-Every other field is checked as the other reports check it (:func:`reports.load._check_record`).
+Every other field is checked as the other reports check it (:func:`reports.records.check_record`).
 """
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ from pathlib import Path
 import pandas as pd
 
 from detconf.vocabulary import COMPILERS, DISPLAY_ORDER, MODES, PHASES
-from reports.load import DEFAULT_COMPILE, DEFAULT_PHASE, ResultsError, _check_record
 from reports.output import ArgumentParser, check_out_dir, emit, write_files
+from reports.records import DEFAULT_PHASE, EAGER, ResultsError, check_record
 from reports.safe import csv_table, md_cell, md_frame, terminal
 
 #: A cell: what must agree for two rows to describe the same test.
@@ -101,7 +101,7 @@ def read(path: str) -> ResultsFile:
                         and isinstance(rec["detail"].get("fingerprints"), list):
                     # Run fingerprints of a check (a list), not per-example ones: checked without them.
                     checked = {**rec, "detail": {k: v for k, v in rec["detail"].items() if k != "fingerprints"}}
-                kind, problem = _check_record(checked)
+                kind, problem = check_record(checked)
                 if problem:
                     raise _fail(path, number, problem)
                 if kind == "run":
@@ -129,7 +129,7 @@ def read(path: str) -> ResultsFile:
 def _row(rec: dict, devices: dict[tuple, str], path: str, number: int) -> Row:
     values = {name: rec.get(name) for name in CELL}
     values["phase"] = values["phase"] or DEFAULT_PHASE
-    values["compile"] = values["compile"] or DEFAULT_COMPILE
+    values["compile"] = values["compile"] or EAGER
     for name in ("entry_id", "source", "device", "mode", "verdict"):
         if not rec[name]:
             raise _fail(path, number, f"field {name!r} is empty")

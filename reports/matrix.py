@@ -1,14 +1,17 @@
 """The compatibility matrix: one row per documented entry, one column per (torch,) device, mode
 (, compile setting).
 
-``Matrix.from_results`` pivots merged result rows; the ``write_*`` functions render it.
+``Matrix.from_results`` pivots merged result rows (torch's own docs first); the ``write_*``
+functions render it as CSV, Markdown (the answer first, :mod:`reports.answer`) and the picture's
+data (:func:`png_spec`, drawn by :mod:`reports.picture`); ``matrix.html`` is :mod:`reports.page`.
 Cells hold verdict strings; a cell that was not run is ``None`` and is shown empty or as
-``MISSING``, never as a verdict. The writers work column-wise or per entry, never per cell in
+``NOT_RUN_MARK``, never as a verdict. The writers work column-wise or per entry, never per cell in
 Python, so a matrix of a million cells is written in about a second.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,10 +20,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from reports.load import DEFAULT_COMPILE, PASSING, ROW_FIELDS, VERDICTS, Results
+from detconf.vocabulary import DEFAULT_SOURCES, SOURCE_NAMES
+from reports.answer import Answer, answer_for
+from reports.records import EAGER, PASSING, ROW_FIELDS, VERDICTS
+from reports.results import Results
 from reports.safe import csv_arrow, csv_text, holds_any, md_cell, one_line
 
-MISSING = "—"
+#: How a cell that was not run is shown (never the verdict ``missing`` of a planned case without a row).
+NOT_RUN_MARK = "—"
 VERDICT_NAMES = tuple(VERDICTS)
 NOT_RUN = len(VERDICT_NAMES)  # the code of a cell that was not run
 
@@ -44,24 +51,34 @@ COLOURS: dict[str, str] = {
     "no-difference-seen": "#bbdefb",
     "recorded": "#b0bec5",
 }
-MISSING_COLOUR = "#ffffff"
+NOT_RUN_COLOUR = "#ffffff"
 _VERDICT_OR_NONE = np.array(list(VERDICT_NAMES) + [None], dtype=object)
 # Verdicts whose colour is dark enough to need white text.
-_DARK = frozenset({"conforms", "nondeterministic", "undocumented-nondeterminism", "wrong-result",
+DARK_VERDICTS = frozenset({"conforms", "nondeterministic", "undocumented-nondeterminism", "wrong-result",
                    "violated", "missing-raise", "undocumented-raise", "not-reached", "harness-error", "missing",
                    "nondeterminism-seen"})
 
 #: Entry columns shown with the matrix, in order.
 ENTRY_COLUMNS = ("source", "doc_version", "list_name", "entry_id", "phase", "op", "promise", "sentence")
-_HEADINGS = {"source": "source", "doc_version": "doc version", "list_name": "list",
+HEADINGS = {"source": "source", "doc_version": "doc version", "list_name": "list",
              "entry_id": "entry", "phase": "phase", "op": "op", "promise": "promise", "sentence": "sentence"}
 
 #: Beyond this many entries the picture shows a selection (failing entries first).
-PNG_MAX_ENTRIES = 200
+PNG_MAX_ENTRIES = 700
 #: Beyond this many columns the picture shows the first ones.
-PNG_MAX_COLUMNS = 200
-#: Beyond this many columns, narrower ones.
-PNG_WIDE_COLUMNS = 24
+PNG_MAX_COLUMNS = 40
+#: Failing cells numbered in the picture and listed under it (the rest are marked only).
+PNG_MAX_MARKS = 30
+#: The picture's largest size, in inches (one screen at 100 dpi).
+PNG_MAX_SIZE = (16.0, 10.0)
+
+
+def source_order(sources: list[str]) -> np.ndarray:
+    """Entry order that shows the sources as SOURCE_NAMES lists them (torch's own docs first),
+    others after them by name; entries of one source keep their order."""
+    known = {name: k for k, name in enumerate(SOURCE_NAMES)}
+    keys = [(known.get(s, len(known)), "" if s in known else s) for s in sources]
+    return np.asarray(sorted(range(len(sources)), key=lambda i: keys[i]), dtype=np.int64)
 
 
 @dataclass
@@ -75,6 +92,12 @@ class Matrix:
     _counts: list | None = field(default=None, repr=False, compare=False)
     #: The device-to-device level (entries x columns): "same", "differs" or None (not checked).
     d2d: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: Per entry of the results (``Results.entries``), its row here (sources in SOURCE_NAMES order).
+    rank: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def display_rank(self, entry_codes: np.ndarray) -> np.ndarray:
+        """The matrix rows of results rows whose entries are ``entry_codes``."""
+        return entry_codes if self.rank is None else self.rank[entry_codes]
 
     @property
     def d2d_columns(self) -> list[int]:
@@ -108,7 +131,7 @@ class Matrix:
     def shows_compile(self) -> bool:
         """Columns name their compile setting unless every one is eager (tables of eager runs
         keep the labels they had before the compile axis)."""
-        return any(c[3] != DEFAULT_COMPILE for c in self.columns)
+        return any(c[3] != EAGER for c in self.columns)
 
     @property
     def labels(self) -> list[str]:
@@ -137,17 +160,14 @@ class Matrix:
             if any(v is not None for v in level):
                 d2d = np.full(shape, None, dtype=object)
                 d2d[results.entry_codes, results.column_codes] = level
-        return cls(entries=results.entries, columns=list(results.columns), codes=codes,
-                   device_names=device_names, d2d=d2d)
+        order = source_order(results.entries["source"].tolist())
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        return cls(entries=results.entries.iloc[order].reset_index(drop=True), columns=list(results.columns),
+                   codes=codes[order], device_names=device_names, d2d=None if d2d is None else d2d[order],
+                   rank=rank)
 
     # ------------------------------------------------------------------ derived frames
-
-    def wide(self, missing: str | None = None) -> pd.DataFrame:
-        """Entry columns followed by one column per label; missing cells -> ``missing``."""
-        frame = self.entries[list(ENTRY_COLUMNS)].copy()
-        cells = self.cells if missing is None else np.where(self.codes == NOT_RUN, missing, self.cells)
-        verdicts = pd.DataFrame(cells, columns=self.labels, index=frame.index, dtype=object)
-        return pd.concat([frame, verdicts], axis=1)
 
     def column_counts(self) -> list[dict]:
         """Per column: counts of every verdict (zeros included), totals and cells not run (no row
@@ -224,12 +244,6 @@ def describe_run(run: dict) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------- writers
-
-def write_csv(matrix: Matrix, results: Results, out: Path) -> None:
-    """``matrix.csv`` (one row per entry) and ``results.csv`` (one row per kept result row)."""
-    write_matrix_csv(matrix, out)
-    write_results_csv(results, out / "results.csv")
-
 
 def write_matrix_csv(matrix: Matrix, out: Path) -> None:
     """``matrix.csv``: one row per entry, one column per label."""
@@ -337,7 +351,7 @@ def _md_matrix(entry_rows: list, entry_headers: list[str], formats: list, codes:
         heads.append(head)
         rules.append(rule)
         pieces.append(cells)
-    words = list(VERDICT_NAMES) + [MISSING]
+    words = list(VERDICT_NAMES) + [NOT_RUN_MARK]
     for j, label in enumerate(labels):
         present = np.unique(codes[:, j]).tolist()
         head, rule, cells = _md_column(md_cell(label), [words[c] for c in present])
@@ -351,22 +365,66 @@ def _md_matrix(entry_rows: list, entry_headers: list[str], formats: list, codes:
     return "\n".join(lines)
 
 
-def write_markdown(matrix: Matrix, results: Results, out: Path) -> None:
+def _md_command(text: str) -> str:
+    """A command as a code span whatever backticks it holds (a fence longer than any run of them)."""
+    text = one_line(text)
+    runs = [len(r) for r in re.findall(r"`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+#: Failing or missing cells the Markdown lists (the HTML and the CSV hold every one).
+MD_MAX_CELLS = 200
+
+
+def answer_markdown(answer: Answer, several_sources: bool) -> list[str]:
+    """The answer: the headline, counts per verdict, then each failing or missing cell."""
+    word, rest = answer.headline.split(":", 1)
+    parts = [f"**{word}**:{md_cell(rest)}", "", "Cells per verdict:", "",
+             _md_table([[str(n) for n in answer.counts.values()]], list(answer.counts)), ""]
+    if answer.cells:
+        parts += ["## Failing and missing cells", "",
+                  f"{len(answer.cells) + answer.more} cells, in matrix order (`✗` failing, `~` failing but waived by a known "
+                  "finding the run recorded); each with its evidence and a command that runs it again "
+                  "from the suite's checkout.", ""]
+        for cell in answer.cells[:MD_MAX_CELLS]:
+            mark = "~" if cell.finding else "✗"
+            name = _md_code(cell.entry_id) + (f" ({md_cell(cell.source)})" if several_sources else "") + (
+                f" <{md_cell(cell.phase)}>" if cell.phase != "program" else "")
+            parts.append(f"- {mark} {name} \\[{md_cell(cell.column)}\\]: **{md_cell(cell.verdict)}** — "
+                         f"{md_cell(cell.evidence)}")
+            if cell.finding:
+                parts.append(f"  - known finding: {md_cell(cell.finding)}")
+            parts.append(f"  - rerun: {_md_command(cell.rerun)}")
+        shown = min(len(answer.cells), MD_MAX_CELLS)
+        if len(answer.cells) + answer.more > shown:
+            parts.append(f"- … {len(answer.cells) + answer.more - shown} more: see `matrix.html` (the cells with "
+                         "their evidence) or `results.csv`")
+        parts.append("")
+    return parts
+
+
+def write_markdown(matrix: Matrix, results: Results, out: Path, answer: Answer | None = None) -> None:
+    """``matrix.md``: the answer first (:mod:`reports.answer`), then the runs, the matrix (torch's
+    own docs first), the counts per column and the legend."""
     entry_cols = [c for c in ENTRY_COLUMNS if (c != "doc_version" or matrix.show_doc_version())
                   and (c != "phase" or matrix.show_phase())]
     counts = matrix.column_counts()
     runs = [describe_run(r) for r in results.runs]
+    answer = answer or answer_for(matrix, results)
     parts = ["# detconf compatibility matrix", ""]
+    parts += answer_markdown(answer, matrix.entries["source"].nunique() > 1)
     if runs:
         fields = [k for k in runs[0] if any(r[k] for r in runs)]
         parts += ["## Runs", "", _md_table([[r[k] for k in fields] for r in runs], fields), ""]
     parts += [
         "## Matrix", "",
         f"{len(matrix.entries)} entries × {len(matrix.columns)} columns; "
-        f"`{MISSING}` = not run on that device/mode.", "",
+        f"`{NOT_RUN_MARK}` = not run on that device/mode.", "",
         _md_matrix(
             list(matrix.entries[entry_cols].itertuples(index=False, name=None)),
-            [_HEADINGS[c] for c in entry_cols],
+            [HEADINGS[c] for c in entry_cols],
             [_md_code if c in ("entry_id", "op") else md_cell for c in entry_cols],
             matrix.codes, matrix.labels,
         ),
@@ -375,7 +433,7 @@ def write_markdown(matrix: Matrix, results: Results, out: Path) -> None:
     ]
     rows = [[v] + [str(c["counts"][v]) for c in counts] for v in VERDICTS
             if any(c["counts"][v] for c in counts)]
-    rows.append([f"not run ({MISSING})"] + [str(c["not_run"]) for c in counts])
+    rows.append([f"not run ({NOT_RUN_MARK})"] + [str(c["not_run"]) for c in counts])
     rows.append(["passing / run"] + [f"{c['passing']}/{c['total']}" for c in counts])
     parts += [_md_table(rows, ["verdict"] + matrix.labels), ""]
     d2d = matrix.d2d_counts()
@@ -387,154 +445,22 @@ def write_markdown(matrix: Matrix, results: Results, out: Path) -> None:
                             ["column", "cells checked", "same", "differs", "entries that differ"]), ""]
     parts += ["## Legend", ""]
     legend = [[v, "yes" if v in PASSING else "no", meaning] for v, meaning in VERDICTS.items()]
-    legend.append([MISSING, "", "not run on that device/mode"])
+    legend.append([NOT_RUN_MARK, "", "not run on that device/mode"])
     parts += [_md_table(legend, ["verdict", "passing", "meaning"]), ""]
     (out / "matrix.md").write_text("\n".join(parts), encoding="utf-8")
 
 
-# The page is one jinja2 template with autoescape on: every text from the results (sentences,
-# ops, environment strings) is HTML-escaped, and nothing in it varies between builds of the
-# same input (no timestamps, no random ids, rows in matrix order). The rows of the matrix are
-# rendered by _html_body (escaped with markupsafe, as the template escapes): a template loop
-# over a million cells takes seconds, joining one pre-rendered cell per verdict does not.
-_HTML_TEMPLATE = """\
-<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>detconf compatibility matrix</title>
-<style>
-body { font-family: system-ui, sans-serif; font-size: 13px; margin: 1.5em; }
-table { border-collapse: collapse; margin-bottom: 1.5em; }
-th, td { border: 1px solid #ccc; padding: 2px 6px; vertical-align: top; }
-th { background: #f5f5f5; text-align: left; }
-table.matrix td.v { text-align: center; white-space: nowrap; }
-table.matrix tr.group th { background: #e8eaf6; }
-{% for name, colour, dark in colours %}.v-{{ name }} { background: {{ colour }};{% if dark %} color: #fff;{% endif %} }
-{% endfor %}.v-not-run { background: {{ missing_colour }}; color: #999; }
-</style>
-</head>
-<body>
-<h1>detconf compatibility matrix</h1>
-{% if runs %}<h2>Runs</h2>
-<table class="runs">
-<tr>{% for k in run_fields %}<th>{{ k }}</th>{% endfor %}</tr>
-{% for r in runs %}<tr>{% for k in run_fields %}<td>{{ r[k] }}</td>{% endfor %}</tr>
-{% endfor %}</table>
-{% endif %}<h2>Legend</h2>
-<table class="legend">
-<tr><th>verdict</th><th>passing</th><th>meaning</th></tr>
-{% for name, meaning, passing in legend %}<tr><td class="v-{{ name }}">{{ name }}</td><td>{{ passing }}</td><td>{{ meaning }}</td></tr>
-{% endfor %}<tr><td class="v-not-run">{{ missing }}</td><td></td><td>not run on that device/mode</td></tr>
-</table>
-<h2>Counts per column</h2>
-<table class="counts">
-<tr><th>verdict</th>{% for c in counts %}<th>{{ c.column }}</th>{% endfor %}</tr>
-{% for v in count_verdicts %}<tr><td class="v-{{ v }}">{{ v }}</td>{% for c in counts %}<td>{{ c.counts[v] }}</td>{% endfor %}</tr>
-{% endfor %}<tr><td class="v-not-run">not run ({{ missing }})</td>{% for c in counts %}<td>{{ c.not_run }}</td>{% endfor %}</tr>
-<tr><th>passing / run</th>{% for c in counts %}<th>{{ c.passing }}/{{ c.total }}</th>{% endfor %}</tr>
-</table>
-<h2>Matrix</h2>
-<p>{{ n_entries }} entries &times; {{ columns|length }} columns; {{ missing }} = not run on that device/mode.</p>
-<table class="matrix">
-<thead>
-{% for level in header_levels %}<tr>{% if loop.last %}{% for h in entry_headings %}<th>{{ h }}</th>{% endfor %}{% else %}<th colspan="{{ entry_headings|length }}"></th>{% endif %}{% for label, span in level %}<th{% if span > 1 %} colspan="{{ span }}"{% endif %}>{{ label }}</th>{% endfor %}</tr>
-{% endfor %}</thead>
-<tbody>
-{{ body }}</tbody>
-</table>
-</body>
-</html>
-"""
-
-#: Entry columns of the HTML matrix; source and list head each group of rows instead.
-_HTML_ENTRY_COLUMNS = ("entry_id", "op", "promise", "sentence")
-
-
-def _spans(labels: list) -> list[tuple[str, int]]:
-    """Runs of equal consecutive header labels as (label, colspan)."""
-    out: list[list] = []
-    for label in labels:
-        if out and out[-1][0] == label:
-            out[-1][1] += 1
-        else:
-            out.append([label, 1])
-    return [(label, span) for label, span in out]
-
-
-def _html_body(matrix: Matrix, entry_cols: list[str]) -> str:
-    """The rows of the matrix table: a group row at each (source, list), then one row per entry."""
-    from markupsafe import escape
-
-    entries = matrix.entries
-    cell_html = np.array([f'<td class="v v-{escape(v)}">{escape(v)}</td>' for v in VERDICT_NAMES]
-                         + [f'<td class="v v-not-run">{escape(MISSING)}</td>'], dtype=object)
-    colspan = len(entry_cols) + len(matrix.columns)
-    attrs = zip(*(entries[c].tolist() for c in entry_cols))
-    groups = list(zip(entries["source"].tolist(), entries["list_name"].tolist()))
-    parts = []
-    previous = None
-    for group, row, codes in zip(groups, attrs, matrix.codes):
-        if group != previous:
-            parts.append(f'<tr class="group"><th colspan="{colspan}">{escape(f"{group[0]} · {group[1]}")}</th></tr>\n')
-            previous = group
-        parts.append("<tr>" + "".join(f"<td>{escape(a)}</td>" for a in row) + "".join(cell_html[codes]) + "</tr>\n")
-    return "".join(parts)
-
-
-def write_html(matrix: Matrix, results: Results, out: Path) -> None:
-    import jinja2
-    from markupsafe import Markup
-
-    entry_cols = list(_HTML_ENTRY_COLUMNS)
-    if matrix.show_phase():
-        entry_cols.insert(1, "phase")
-    if matrix.show_doc_version():
-        entry_cols.insert(0, "doc_version")
-
-    cols = matrix.columns
-    header_levels = []
-    if matrix.multi_torch:
-        header_levels.append(_spans([f"torch {t}" for t, _, _, _ in cols]))
-    # A device label spans its modes (within one torch version), a mode its compile settings.
-    header_levels.append([(pair[1], span) for pair, span in _spans([(t, d) for t, d, _, _ in cols])])
-    if matrix.shows_compile:
-        header_levels.append([(key[2], span) for key, span in _spans([(t, d, m) for t, d, m, _ in cols])])
-        header_levels.append([(c, 1) for _, _, _, c in cols])
-    else:
-        header_levels.append([(m, 1) for _, _, m, _ in cols])
-
-    counts = matrix.column_counts()
-    runs = [describe_run(r) for r in results.runs]
-    env = jinja2.Environment(autoescape=True, keep_trailing_newline=True)
-    page = env.from_string(_HTML_TEMPLATE).render(
-        colours=[(v, COLOURS[v], v in _DARK) for v in VERDICTS],
-        missing_colour=MISSING_COLOUR,
-        missing=MISSING,
-        runs=runs,
-        run_fields=[k for k in (runs[0] if runs else {}) if any(r[k] for r in runs)],
-        legend=[(v, m, "yes" if v in PASSING else "no") for v, m in VERDICTS.items()],
-        counts=counts,
-        count_verdicts=[v for v in VERDICTS if any(c["counts"][v] for c in counts)],
-        n_entries=len(matrix.entries),
-        columns=cols,
-        header_levels=header_levels,
-        entry_headings=[_HEADINGS[c] for c in entry_cols],
-        body=Markup(_html_body(matrix, entry_cols)),
-    )
-    (out / "matrix.html").write_text(page, encoding="utf-8")
-
-
-def png_selection(matrix: Matrix, limit: int = PNG_MAX_ENTRIES) -> np.ndarray:
-    """Indices of the entries drawn: all when they fit, else failing entries first, then the
-    rest in matrix order, up to ``limit``, shown in matrix order."""
-    n = len(matrix.entries)
-    if n <= limit:
-        return np.arange(n)
-    failing = np.flatnonzero(matrix.failing_rows())
+def png_selection(matrix: Matrix, limit: int = PNG_MAX_ENTRIES, rows: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the entries drawn (of ``rows``, default all): all when they fit, else failing
+    entries first, then the rest in matrix order, up to ``limit``, shown in matrix order."""
+    rows = np.arange(len(matrix.entries)) if rows is None else rows
+    if len(rows) <= limit:
+        return rows
+    failing_mask = matrix.failing_rows()[rows]
+    failing = rows[failing_mask]
     if len(failing) >= limit:
         return failing[:limit]
-    others = np.flatnonzero(~matrix.failing_rows())[: limit - len(failing)]
+    others = rows[~failing_mask][: limit - len(failing)]
     return np.sort(np.concatenate([failing, others]))
 
 
@@ -548,43 +474,70 @@ def _shorten(text: str, width: int) -> str:
 
 
 def png_spec(matrix: Matrix, limit: int = PNG_MAX_ENTRIES) -> dict:
-    """What ``matrix.png`` shows, as plain data for :func:`reports.picture.draw`.
+    """What ``matrix.png`` shows, as plain data for :func:`reports.picture.draw`: a heatmap that
+    fits one screen (at most PNG_MAX_SIZE inches).
 
-    Entries down, device/mode (/compile) across, one colour per verdict. Beyond ``limit``
-    entries a selection (:func:`png_selection`: failing entries first) and beyond
-    PNG_MAX_COLUMNS columns the first ones, and the title says so -- a picture of thousands of
-    rows cannot be read, the HTML and CSV hold every row. Columns are 0.45 inch, 0.2 beyond
-    PNG_WIDE_COLUMNS (the picture's cost grows with its pixels).
+    Entries across, grouped by source and list (torch's own docs first), one row per column of
+    the matrix (torch version, device, mode, compile setting); one colour per verdict. Only the
+    default sources are drawn where the matrix has entries of them (the sweep's OpInfos and
+    other opt-in sources are in the HTML and CSV). Failing and missing cells are marked, the
+    first PNG_MAX_MARKS numbered and listed under the grid with their entry, column and
+    verdict. Beyond ``limit`` entries a selection (:func:`png_selection`: failing entries
+    first), beyond PNG_MAX_COLUMNS columns the first ones; the title says so.
     """
-    selected = png_selection(matrix, limit)
+    sources_all = matrix.entries["source"].to_numpy()
+    default = np.flatnonzero(np.isin(sources_all, list(DEFAULT_SOURCES)))
+    pool = default if len(default) else np.arange(len(matrix.entries))
+    selected = png_selection(matrix, limit, pool)
     shown_columns = min(len(matrix.columns), PNG_MAX_COLUMNS)
-    codes = matrix.codes[selected][:, :shown_columns].astype(np.int64)
-    n_rows, n_cols = codes.shape
-    sources = matrix.entries["source"].to_numpy()[selected]
+    codes = matrix.codes[selected][:, :shown_columns].astype(np.int64).T  # columns down, entries across
+    n_rows, n_entries = codes.shape
+    sources = sources_all[selected]
     lists = matrix.entries["list_name"].to_numpy()[selected]
-    group_starts = [i for i in range(n_rows)
+    entry_ids = matrix.entries["entry_id"].to_numpy()[selected]
+    group_starts = [i for i in range(n_entries)
                     if i == 0 or (sources[i], lists[i]) != (sources[i - 1], lists[i - 1])]
     seen = set(np.unique(codes).tolist())
     legend = [(v, COLOURS[v]) for i, v in enumerate(VERDICT_NAMES) if i in seen]
     if NOT_RUN in seen:
-        legend.append((f"not run ({MISSING})", MISSING_COLOUR))
+        legend.append((f"not run ({NOT_RUN_MARK})", NOT_RUN_COLOUR))
+    failing_codes = [i for i, v in enumerate(VERDICT_NAMES) if v not in PASSING]
+    marked = np.argwhere(np.isin(codes.T, failing_codes))  # (entry, row) pairs, in matrix order
+    labels = matrix.labels[:shown_columns]
+    marks = [(int(r), int(e)) for e, r in marked.tolist()]
+    mark_labels = [_shorten(_png_text(f"{k + 1}. {entry_ids[e]} [{labels[r]}]: {VERDICT_NAMES[codes[r, e]]}"), 110)
+                   for k, (r, e) in enumerate(marks[:PNG_MAX_MARKS])]
+    if len(marks) > PNG_MAX_MARKS:
+        mark_labels.append(f"… {len(marks) - PNG_MAX_MARKS} more failing cells marked (see matrix.md)")
     total = len(matrix.entries)
-    title = f"detconf compatibility matrix: {total} entries x {len(matrix.columns)} columns"
-    if n_rows < total:
-        title += f"; {n_rows} shown (failing entries first, see matrix.html for all)"
+    title = f"detconf: {len(pool)} entries x {len(matrix.columns)} columns"
+    if len(pool) < total:
+        title += f" (default sources; {total - len(pool)} more entries in matrix.html)"
+    if n_entries < len(pool):
+        title += f"; {n_entries} shown, failing entries first"
     if shown_columns < len(matrix.columns):
         title += f"; the first {shown_columns} columns shown"
+    label_w = 0.3 + max((len(s) for s in labels), default=8) * 0.07
+    cell_w = min(0.12, (PNG_MAX_SIZE[0] - label_w - 0.4) / max(n_entries, 1))
+    cell_h = min(0.24, 4.0 / max(n_rows, 1))
+    group_h = 0.2 + min(30, max((len(f"{sources[i]} · {lists[i]}") for i in group_starts), default=0)) * 0.05
+    marks_h = 0.16 * ((len(mark_labels) + 1) // 2)
+    width = max(8.0, label_w + n_entries * cell_w + 0.4)
+    height = min(PNG_MAX_SIZE[1], 0.5 + group_h + n_rows * cell_h + 0.9 + marks_h)
     return {
         "codes": codes,
-        "palette": [COLOURS[v] for v in VERDICT_NAMES] + [MISSING_COLOUR],
-        "labels": [_shorten(_png_text(s), 60) for s in matrix.entries["entry_id"].to_numpy()[selected]],
-        "column_labels": [_png_text(label) for label in matrix.labels[:shown_columns]],
+        "palette": [COLOURS[v] for v in VERDICT_NAMES] + [NOT_RUN_COLOUR],
+        "row_labels": [_png_text(label) for label in labels],
+        "entries": [_png_text(e) for e in entry_ids],
         "group_starts": group_starts,
-        "group_labels": [_shorten(_png_text(f"{sources[i]} · {lists[i]}"), 40) for i in group_starts],
+        "group_labels": [_shorten(_png_text(f"{sources[i]} · {lists[i]}"), 30) for i in group_starts],
+        "marks": marks,
+        "mark_labels": mark_labels,
+        "numbered": min(len(marks), PNG_MAX_MARKS),
         "legend": legend,
-        "legend_slots": len(VERDICTS) + 1,
         "title": title,
-        "cell_w": 0.45 if n_cols <= PNG_WIDE_COLUMNS else 0.2,
+        "figsize": (round(width, 3), round(height, 3)),
+        "layout": {"label_w": label_w, "group_h": group_h, "cell_w": cell_w, "cell_h": cell_h, "marks_h": marks_h},
     }
 
 

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import NoReturn
 
-from reports.load import ResultsError
+from reports.records import ResultsError
 
 
 class OutputError(ResultsError):
@@ -103,6 +103,21 @@ def write_files(out_dir: str | os.PathLike, files: dict[str, str]) -> Path:
             if os.path.exists(temp):
                 os.unlink(temp)
     return out
+
+
+def write_picture(out: Path, name: str, draw, spec: dict) -> None:
+    """Draw ``spec`` with ``draw(spec, path)`` into ``out/name``: whole or not at all."""
+    check_targets(out, (name,))
+    fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out)
+    os.close(fd)
+    try:
+        draw(spec, temp)
+        os.replace(temp, out / name)
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot write {name} ({_reason(exc)})") from None
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)
 
 
 def emit(text: str) -> None:

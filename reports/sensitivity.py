@@ -9,7 +9,8 @@ it. The headline says, per device, how many of the entries documented to throw t
 
     python -m reports sensitivity RESULTS.jsonl [MORE ...] [--out DIR]
 
-writes ``sensitivity.md`` and ``sensitivity.csv`` (default: print Markdown).
+writes ``sensitivity.md``, ``sensitivity.csv`` and ``sensitivity.png`` (per device, the entries
+whose runs differed; default: print Markdown).
 """
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
-from reports.load import DEFAULT_COMPILE, ResultsError, load
-from reports.output import ArgumentParser, check_out_dir, emit, write_files
+from reports.load import load
+from reports.output import ArgumentParser, check_out_dir, emit, write_files, write_picture
+from reports.records import EAGER, ResultsError
 from reports.safe import csv_table, md_cell, md_frame, terminal
 
 SEEN, NOT_SEEN = "nondeterminism-seen", "no-difference-seen"
@@ -33,7 +35,7 @@ def sensitivity_table(paths) -> pd.DataFrame:
     results = load(paths, columns=("mode", *names))
     off = np.flatnonzero(np.asarray(pc.equal(results.column("mode"), "off"), dtype=bool))
     columns = {name: results.column(name).take(off).to_pylist() for name in names}
-    shows_compile = any(c != DEFAULT_COMPILE for c in columns["compile"])
+    shows_compile = any(c != EAGER for c in columns["compile"])
     rows = []
     for source, entry_id, promise, devices, device, compile_, torch_version, verdict, seen, quiet, runs, numel in zip(
             *columns.values()):
@@ -72,6 +74,32 @@ def headline(frame: pd.DataFrame) -> list[str]:
     return lines
 
 
+def chart_spec(frame: pd.DataFrame) -> dict:
+    """:func:`reports.picture.draw_bars` data: per device (and torch version, compile setting),
+    the entries whose runs differed with determinism off, and those where none did."""
+    keys = ["device", "torch_version"] + (["compile"] if "compile" in frame.columns else [])
+    rows, differed, quiet, notes = [], [], [], []
+    for key, group in frame.groupby(keys, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        seen = int((group["examples_differing"] > 0).sum())
+        judged = int((group["examples_judged"] > 0).sum())
+        throws = group[group["promise"] == "raises"]
+        rows.append(" · ".join(str(k) for k in key))
+        differed.append(seen)
+        quiet.append(judged - seen)
+        notes.append(f"{seen}/{judged} entries differed ({int((throws['examples_differing'] > 0).sum())}/"
+                     f"{len(throws)} documented to throw)")
+    return {
+        "rows": rows,
+        "segments": [("runs differed (nondeterminism seen)", "#1e88e5", differed),
+                     ("no difference seen", "#bbdefb", quiet)],
+        "notes": notes,
+        "title": "Positive control (--mode off): entries whose runs differed, per device",
+        "xlabel": "entries judged with determinism off",
+        "share": False,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m reports sensitivity", description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+")
@@ -82,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             check_out_dir(args.out)
         frame = sensitivity_table(args.results)
         markdown = "\n".join(["# Positive-control sensitivity (`--mode off`)", "",
+                              *(["![sensitivity per device](sensitivity.png)", ""] if args.out else []),
                               *[f"- {md_cell(line)}" for line in headline(frame)],
                               "", md_frame(frame.astype(object).where(frame.notna(), "")).to_markdown(
                                   index=False, disable_numparse=True), ""])
@@ -90,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         out = write_files(args.out, {"sensitivity.md": markdown,
                                      "sensitivity.csv": csv_table(frame)})
-        emit(terminal(f"wrote sensitivity.md, sensitivity.csv to {out}"))
+        from reports.picture import draw_bars
+
+        write_picture(out, "sensitivity.png", draw_bars, chart_spec(frame))
+        emit(terminal(f"wrote sensitivity.md, sensitivity.csv, sensitivity.png to {out}"))
         return 0
     except ResultsError as exc:
         print(f"reports: error: {terminal(str(exc))}", file=sys.stderr)

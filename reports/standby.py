@@ -68,7 +68,7 @@ def warm() -> None:
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     """The reply to one request (see the module's text); an error in one part is its field."""
     from reports.build import build
-    from reports.load import ResultsError
+    from reports.records import ResultsError
     from reports.summary import summary_lines
 
     reply: dict[str, Any] = {}

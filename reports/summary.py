@@ -7,8 +7,12 @@ import os
 import numpy as np
 import pyarrow.compute as pc
 
-from reports.load import PASSING, ROW_FIELDS, SCHEMA_VERSION, VERDICTS, NoResults, Results, load
+from detconf.vocabulary import SCHEMA_VERSION
+from reports.answer import answer_for, terminal_lines
+from reports.load import load
 from reports.matrix import Matrix
+from reports.records import ROW_FIELDS, VERDICTS, NoResults
+from reports.results import Results
 
 SEP = " · "
 
@@ -26,35 +30,28 @@ def column_line(count: dict) -> str:
 
 
 def matrix_lines(matrix: Matrix) -> list[str]:
-    """Per column a count line, then one line per entry whose verdict there is failing."""
-    entries = matrix.entries
-    several_sources = entries["source"].nunique() > 1
-    names = [
-        (f"{e} ({s})" if several_sources else e) + (f" <{p}>" if p != "program" else "")
-        for e, s, p in zip(entries["entry_id"], entries["source"], entries["phase"])
-    ]
-    lines = []
-    cells = matrix.cells
-    failing = np.array([v not in PASSING for v in VERDICTS] + [False])[matrix.codes]
-    for j, count in enumerate(matrix.column_counts()):
-        lines.append(column_line(count))
-        for i in np.flatnonzero(failing[:, j]).tolist():
-            lines.append(f"  ✗ {names[i]} [{count['column']}]: {cells[i, j]}")
-    return lines
+    """Per column a count line (the failing cells are listed by the answer above them)."""
+    return [column_line(count) for count in matrix.column_counts()]
 
 
 def summary_lines(results_path: str | os.PathLike) -> list[str]:
-    """The lines to print at the end of a conformance run, read from its results file.
+    """The lines to print at the end of a conformance run, read from its results file: the
+    answer first (pass or fail, counts per verdict, every failing or missing cell with its
+    evidence, known finding and rerun command), then a count line per column, the
+    device-to-device and the reach lines.
 
     A valid file without result records gives a single explanatory line; bad input raises
-    :class:`reports.load.ResultsError` (one-line message naming file and line).
+    :class:`reports.records.ResultsError` (one-line message naming file and line).
     """
     try:
         results = load([results_path], columns=ROW_FIELDS)
     except NoResults:
         return [f"detconf: no results recorded in {os.fspath(results_path)}"]
     matrix = Matrix.from_results(results)
-    return matrix_lines(matrix) + d2d_lines(matrix) + reach_lines(results)
+    answer = answer_for(matrix, results)
+    several_sources = matrix.entries["source"].nunique() > 1
+    return (terminal_lines(answer, several_sources) + matrix_lines(matrix) + d2d_lines(matrix)
+            + reach_lines(results))
 
 
 def d2d_lines(matrix: Matrix) -> list[str]:

@@ -17,13 +17,14 @@ from pathlib import Path
 
 from detconf.findings_rule import torch_in, torch_range
 from detconf.vocabulary import FAILING
-from detconf.vocabulary import DEFAULT_COMPILE, DEFAULT_MODES, DEFAULT_SOURCES
+from detconf.vocabulary import DEFAULT_COMPILERS, DEFAULT_MODES, DEFAULT_SOURCES
 from reports.certify import (
     ALLOWED, ENV_REQUIRED, ENVIRONMENT, FINDINGS, FINDINGS_FILE, FINDINGS_IN_REPO, FORMAT, FORMATS, GIVEN, MUST_PASS,
     ROOT, STATEMENT, SUMS, WAIVERS, CertifyError, _finding_matches, cell_name, cell_of, environment_of, facts,
     must_pass_of, package_files, read_runs, sha256_file,
 )
-from reports.load import ResultsError, load
+from reports.load import load
+from reports.records import ResultsError
 
 _SUM_LINE = re.compile(r"([0-9a-f]{64})  (\S(?:.*\S)?)")
 #: The files certify writes besides the results and logs the statement names.
@@ -137,7 +138,7 @@ class _Check:
                     self.problem(f"run {run['run_id']}: its command line selects part of the plan "
                                  f"({_short(' '.join(picked))}); certify a run of the whole plan")
             for field, default, what in (("sources", DEFAULT_SOURCES, "source"), ("modes", DEFAULT_MODES, "mode"),
-                                         ("compile", DEFAULT_COMPILE, "compile setting")):
+                                         ("compile", DEFAULT_COMPILERS, "compile setting")):
                 value = env.get(field)
                 if value in (None, "all"):
                     continue

@@ -21,7 +21,7 @@ import pytest
 
 from reports import __main__ as cli
 from reports import load as load_mod
-from reports.load import MAX_DEPTH, MAX_LINE_BYTES
+from reports.lines import MAX_DEPTH, MAX_LINE_BYTES
 
 REPO = Path(__file__).resolve().parents[1]
 

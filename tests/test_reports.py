@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +16,10 @@ import pytest
 from reports import build as build_mod
 from reports.build import build
 from reports.diff import main as diff_main
-from reports.load import PASSING, VERDICTS, ResultsError, load, rows_digest
-from reports.matrix import MISSING, Matrix, png_selection
+from reports.digests import rows_digest
+from reports.load import load
+from reports.matrix import NOT_RUN_MARK, Matrix, png_selection
+from reports.records import PASSING, VERDICTS, ResultsError
 from reports.summary import summary_lines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,7 +125,8 @@ def test_rows_sorted_by_source_list_then_position(tmp_path):
         records.append(row(entry, source=source, list_name=list_name, position=pos))
     build([write(tmp_path / "r.jsonl", records)], tmp_path / "out")
     wide = pd.read_csv(tmp_path / "out" / "matrix.csv", keep_default_na=False, dtype=str)
-    assert list(wide["entry_id"]) == ["npu_a", "npu_b", "first", "mid", "zeta", "alpha"]
+    # torch's own docs first (the sources in their vocabulary order), then position within a list
+    assert list(wide["entry_id"]) == ["first", "mid", "zeta", "alpha", "npu_a", "npu_b"]
 
 
 def test_markdown_has_legend_counts_and_missing_marker(tmp_path):
@@ -136,7 +139,7 @@ def test_markdown_has_legend_counts_and_missing_marker(tmp_path):
     assert len(counts) == 1
     assert [c.strip() for c in counts[0].strip("|").split("|")[1:]] == ["3/3", "2/3", "1/2"]
     scatter = next(line for line in md.splitlines() if line.startswith("| torch-docs") and "scatter_add_" in line)
-    assert [c.strip() for c in scatter.strip().strip("|").split("|")][-3:] == ["conforms", "conforms", MISSING]
+    assert [c.strip() for c in scatter.strip().strip("|").split("|")][-3:] == ["conforms", "conforms", NOT_RUN_MARK]
     assert "2.13.0+cpu (deadbeef)" in md  # the run's environment is shown
 
 
@@ -163,10 +166,11 @@ def test_html_is_byte_identical_and_escaped(tmp_path):
     a = (tmp_path / "a" / "matrix.html").read_bytes()
     assert a == (tmp_path / "b" / "matrix.html").read_bytes()
     html = a.decode("utf-8")
-    assert "<script>" not in html
+    assert "<script>alert" not in html and html.count("<script>") == 1  # the page's own script only
     assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp; friends" in html
     assert "Linux &lt;evil&gt;" in html
-    assert 'class="v v-stale-doc">stale-doc<' in html and 'class="v v-conforms">conforms<' in html
+    assert re.search(r'class="v v-stale-doc"><a href="#c\d+">stale-doc<', html)
+    assert re.search(r'class="v v-conforms"><a href="#c\d+">conforms<', html)
     assert ".v-stale-doc { background: #" in html  # colour-coded
     assert "Legend" in html
 
@@ -174,7 +178,7 @@ def test_html_is_byte_identical_and_escaped(tmp_path):
 def test_html_marks_missing_cells(tmp_path):
     build([small_run(tmp_path)], tmp_path / "out")
     html = (tmp_path / "out" / "matrix.html").read_text(encoding="utf-8")
-    assert html.count(f'class="v v-not-run">{MISSING}<') == 1
+    assert html.count(f'class="v v-not-run">{NOT_RUN_MARK}<') == 1
 
 
 def test_png_is_valid_and_stable(tmp_path):
@@ -212,18 +216,18 @@ def test_the_png_draws_its_labels_unhinted_and_leaves_matplotlibs_settings_alone
     assert dict(matplotlib.rcParams) == before
 
 
-def test_png_height_grows_with_entries_and_is_capped(tmp_path):
-    def png_height(n_entries, out):
+def test_png_width_grows_with_entries_and_fits_one_screen(tmp_path):
+    def png_size(n_entries, out):
         records = [header()] + [row(f"op_{i}", position=i) for i in range(n_entries)]
         build([write(tmp_path / f"{out}.jsonl", records)], tmp_path / out)
         from PIL import Image
 
         with Image.open(tmp_path / out / "matrix.png") as img:
-            return img.size[1]
+            return img.size
 
-    small, medium, huge = png_height(5, "s"), png_height(60, "m"), png_height(2000, "h")
-    assert small < medium < huge
-    assert huge < 60 * 100  # capped: a selection of entries is drawn, not 2000 rows
+    small, medium, huge = png_size(5, "s"), png_size(120, "m"), png_size(2000, "h")
+    assert small[0] <= medium[0] <= huge[0]
+    assert max(huge[0], medium[0]) <= 1600 and huge[1] <= 1000  # one screen, whatever the entries
 
 
 def test_png_selection_puts_failing_entries_first(tmp_path):
@@ -363,12 +367,19 @@ def test_summary_lines(tmp_path):
                 row("put_(accumulate=False)", mode="warn_only", verdict="missing-warning", position=10),
                 row("bincount", mode="warn_only", position=11)]
     lines = summary_lines(write(tmp_path / "r.jsonl", records))
+    rerun = ("python -m pytest 'conformance/test_documented.py::test_entry[{}-cpu-{}]' --source torch-docs "
+             "--device cpu --mode {} --hypothesis-profile ci --hypothesis-seed 0")
     assert lines == [
+        "detconf: FAIL: 3 of 8 cells failing",
+        "verdicts: conforms 4 · missing-raise 1 · stale-doc 1 · missing-warning 1 · unsupported 1",
+        "  ✗ put_(accumulate=False) [cpu/error]: missing-raise — expected deterministic, observed deterministic",
+        "      ↳ rerun: " + rerun.format("put_(accumulate=False)", "error", "error"),
+        "  ✗ put_(accumulate=False) [cpu/warn_only]: missing-warning — expected deterministic, observed deterministic",
+        "      ↳ rerun: " + rerun.format("put_(accumulate=False)", "warn_only", "warn_only"),
+        "  ✗ bincount [cpu/error]: stale-doc — expected deterministic, observed deterministic",
+        "      ↳ rerun: " + rerun.format("bincount", "error", "error"),
         "cpu/error: conforms 3/6 · missing-raise 1 · stale-doc 1 · unsupported 1",
-        "  ✗ put_(accumulate=False) [cpu/error]: missing-raise",
-        "  ✗ bincount [cpu/error]: stale-doc",
         "cpu/warn_only: conforms 1/2 · missing-warning 1",
-        "  ✗ put_(accumulate=False) [cpu/warn_only]: missing-warning",
     ]
 
 

@@ -14,10 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reports import digests as digests_mod
+from reports import lines as lines_mod
 from reports import load as load_mod
+from reports import parse as parse_mod
 from reports.build import build
 from reports.diff import main as diff_main
-from reports.load import ResultsError, load, rows_digest
+from reports.digests import rows_digest
+from reports.load import load
+from reports.records import ResultsError
 from reports.matrix import Matrix, PNG_MAX_COLUMNS, _md_column
 from tests.test_hostile_reports import BAD_FILES, deep, end_record, lines, result, run_record
 
@@ -46,9 +51,9 @@ def _snapshot(results) -> dict:
 def _read(paths, monkeypatch, *, fast: bool, chunk: int | None = None, threads: int = 2, **kwargs):
     with monkeypatch.context() as m:
         if not fast:
-            m.setattr(load_mod, "_read_fast", lambda data, lines: None)
+            m.setattr(parse_mod, "_read_fast", lambda data, lines: None)
         if chunk is not None:
-            m.setattr(load_mod, "CHUNK_BYTES", chunk)
+            m.setattr(lines_mod, "CHUNK_BYTES", chunk)
         m.setattr(load_mod, "READ_THREADS", threads)
         try:
             results = load(paths, **kwargs)
@@ -71,7 +76,7 @@ def _odd_but_valid() -> dict[str, bytes]:
         "key-twice": lines(run_record(), text[:-1] + b', "verdict": "stale-doc"}'),
         "nan-in-the-evidence": lines(run_record(), text[:-1] + b', "extra": [NaN, Infinity, 1e400]}'),
         "unicode": lines(run_record(), result("caf\u00e9 \u2192 \U0001f600", sentence="\u786e\u5b9a\u6027")),
-        "deep-but-allowed": lines(run_record(), deep(load_mod.MAX_DEPTH - 1)),
+        "deep-but-allowed": lines(run_record(), deep(lines_mod.MAX_DEPTH - 1)),
         "null-fields": lines(run_record(), result(position=None, doc_version=None, reach=None, devices=None,
                                                   targets=None, dispatched=None, detail=None, nodeid=None,
                                                   duration_s=None, phase=None, compile=None, expected=None)),
@@ -131,11 +136,11 @@ def test_fingerprint_digests_are_exact_on_hostile_rows(tmp_path, monkeypatch):
     for entry, rec in records.items():
         fingerprints = (rec.get("detail") or {}).get("fingerprints")
         if fingerprints is None:
-            assert digests[entry] == bytes(load_mod.DIGEST_BYTES), entry
+            assert digests[entry] == bytes(digests_mod.DIGEST_BYTES), entry
         else:  # whichever way it was taken, the digest is of this very object
             raw = json.dumps(fingerprints).encode()
             canonical = json.dumps(fingerprints, sort_keys=True, ensure_ascii=False).encode()
-            assert digests[entry] in (load_mod._digest(raw), load_mod._digest(canonical)), entry
+            assert digests[entry] in (digests_mod.text_digest(raw), digests_mod.text_digest(canonical)), entry
     assert len({digests[e] for e in ("a", "c", "e")}) == 3
 
 
@@ -298,7 +303,7 @@ def test_markdown_matrix_is_what_tabulate_makes(tmp_path):
     """The matrix written column by column is the table tabulate makes of it whole."""
     from tabulate import tabulate
 
-    from reports.matrix import _HEADINGS, ENTRY_COLUMNS, MISSING, _md_code
+    from reports.matrix import HEADINGS, ENTRY_COLUMNS, NOT_RUN_MARK, _md_code
     from reports.safe import md_cell
 
     path = tmp_path / "r.jsonl"
@@ -310,10 +315,10 @@ def test_markdown_matrix_is_what_tabulate_makes(tmp_path):
     matrix = Matrix.from_results(load([path]))
     cols = [c for c in ENTRY_COLUMNS if c not in ("doc_version", "phase")]
     rows = [[(_md_code if c in ("entry_id", "op") else md_cell)(v) for c, v in zip(cols, attrs)]
-            + [MISSING if v is None else v for v in cells]
+            + [NOT_RUN_MARK if v is None else v for v in cells]
             for attrs, cells in zip(matrix.entries[cols].itertuples(index=False, name=None), matrix.cells.tolist())]
-    assert rows[-1][-1] == MISSING
-    expected = tabulate(rows, headers=[md_cell(_HEADINGS[c]) for c in cols] + [md_cell(x) for x in matrix.labels],
+    assert rows[-1][-1] == NOT_RUN_MARK
+    expected = tabulate(rows, headers=[md_cell(HEADINGS[c]) for c in cols] + [md_cell(x) for x in matrix.labels],
                         tablefmt="github", disable_numparse=True)
     assert expected in (tmp_path / "out" / "matrix.md").read_text(encoding="utf-8")
 

@@ -1,0 +1,199 @@
+"""Rebuild every published table under ``reports/published/`` from its results files.
+
+Each table is rebuilt as its ``COMMAND.md`` says (``build``, ``sensitivity``, ``diff``,
+``drift``, ``overview``, ``verify``), into a folder of its own, with the ``reports`` package of a chosen
+checkout; the inputs are always this checkout's published results files, given by the same
+relative paths, so that two checkouts' outputs compare byte for byte.
+
+    # rebuild with this checkout into OUT/<table>/
+    python scripts/rebuild_published.py build OUT [--tree DIR]
+    # the same tables with two checkouts (e.g. a worktree of the last commit): every file equal?
+    python scripts/rebuild_published.py compare OLD_TREE [NEW_TREE]
+    # is what is published what this checkout builds? (every file the rebuild makes that is published)
+    python scripts/rebuild_published.py check
+    # write the rebuilt files over the published ones
+    python scripts/rebuild_published.py publish
+
+Exit status: 0 equal (or written), 1 a file differs, 2 a command failed. Each command's
+standard output is kept beside the table as ``_stdout/N-COMMAND.txt`` (compared by
+``compare``, never published).
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLISHED = "reports/published"
+
+
+def _p(path: str) -> str:
+    return f"{PUBLISHED}/{path}"
+
+
+#: table folder -> commands, each ``(kind, arguments, file its standard output is published as)``.
+#: ``OUT`` stands for the table's output folder.
+TABLES: dict[str, list[tuple[str, list[str], str | None]]] = {
+    "torch-2.13.0/cpu": [
+        ("build", [_p("torch-2.13.0/cpu/results.jsonl"), "--out", "OUT"], None),
+        ("sensitivity", [_p("torch-2.13.0/cpu/results.jsonl"), "--out", "OUT"], None),
+    ],
+    "torch-2.13.0/cpu-sweep": [
+        ("build", [_p("torch-2.13.0/cpu-sweep/results.jsonl"), "--out", "OUT"], None),
+        ("sensitivity", [_p("torch-2.13.0/cpu-sweep/results.jsonl"), "--out", "OUT"], None),
+    ],
+    "torch-2.14.1/cpu": [
+        ("build", [_p("torch-2.14.1/cpu/results.jsonl"), "--out", "OUT"], None),
+        ("sensitivity", [_p("torch-2.14.1/cpu/results.jsonl"), "--out", "OUT"], None),
+    ],
+    "torch-2.11.0/cpu": [
+        ("build", [_p("torch-2.11.0/cpu/results.jsonl"), "--out", "OUT"], None),
+        ("sensitivity", [_p("torch-2.11.0/cpu/results.jsonl"), "--out", "OUT"], None),
+    ],
+    "torch-2.5.1/cpu": [
+        ("build", [_p("torch-2.5.1/cpu/results.jsonl"), "--out", "OUT"], None),
+        ("sensitivity", [_p("torch-2.5.1/cpu/results.jsonl"), "--out", "OUT"], None),
+    ],
+    "torch-2.11.0/opencl-pocl": [
+        ("build", [_p("torch-2.11.0/opencl-pocl/results.jsonl"), "--out", "OUT"], None),
+        ("verify", [_p("torch-2.11.0/opencl-pocl/certification")], None),
+    ],
+    "torch-2.11.0/opencl-pocl/vs-cpu": [
+        ("build", [_p("torch-2.11.0/cpu/results.jsonl"), _p("torch-2.11.0/opencl-pocl/results.jsonl"),
+                   "--out", "OUT"], None),
+    ],
+    "torch-2.11.0/opencl-pocl-sweep": [
+        ("build", [_p("torch-2.11.0/opencl-pocl-sweep/results.jsonl"), "--out", "OUT"], None),
+    ],
+    "cross-version": [
+        ("build", [_p(f"torch-{v}/cpu/results.jsonl") for v in ("2.5.1", "2.11.0", "2.13.0", "2.14.1")]
+         + ["--out", "OUT"], None),
+        ("diff", [_p("torch-2.5.1/cpu/results.jsonl"), _p("torch-2.11.0/cpu/results.jsonl")],
+         "diff-2.5.1-to-2.11.0.txt"),
+        ("diff", [_p("torch-2.11.0/cpu/results.jsonl"), _p("torch-2.13.0/cpu/results.jsonl")],
+         "diff-2.11.0-to-2.13.0.txt"),
+        ("diff", [_p("torch-2.13.0/cpu/results.jsonl"), _p("torch-2.14.1/cpu/results.jsonl")],
+         "diff-2.13.0-to-2.14.1.txt"),
+    ],
+    "drift": [
+        ("drift", [_p("drift/spec-history.jsonl"), "--out", "OUT"], None),
+    ],
+    "overview": [
+        ("overview", [_p(f"torch-{v}/cpu/results.jsonl") for v in ("2.5.1", "2.11.0")]
+         + [_p("torch-2.11.0/opencl-pocl/results.jsonl")]
+         + [_p(f"torch-{v}/cpu/results.jsonl") for v in ("2.13.0", "2.14.1")] + ["--out", "OUT"], None),
+    ],
+}
+
+#: Runs ``python -m reports ARGS`` with the ``reports`` (and ``detconf``) of TREE, from this
+#: checkout's root (``-m`` would put the working folder first on the path).
+_LAUNCH = ("import sys; sys.path[0] = sys.argv.pop(1)\n"
+           "from reports.__main__ import main\n"
+           "sys.exit(main(sys.argv[1:]))\n")
+
+
+def rebuild(tree: Path, out: Path, python: str = sys.executable) -> dict[str, float]:
+    """Every table into ``out/<table>/`` with the reports of ``tree``; returns seconds per table."""
+    seconds = {}
+    for table, commands in TABLES.items():
+        folder = out / table
+        (folder / "_stdout").mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        for n, (kind, args, published_as) in enumerate(commands):
+            if not (tree / "reports" / f"{kind}.py").is_file():  # a checkout from before the command
+                print(f"{table}: {kind}: not in {tree}, skipped")
+                continue
+            argv = [python, "-c", _LAUNCH, str(tree), kind, *[str(folder) if a == "OUT" else a for a in args]]
+            proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+            if proc.returncode not in (0, 1) or (proc.returncode == 1 and kind not in ("diff", "verify")):
+                sys.exit(f"rebuild_published: {table}: {kind} exited {proc.returncode}: "
+                         f"{proc.stderr.strip().splitlines()[-1:] or ''}")
+            shown = proc.stdout.replace(str(folder), "OUT")  # the folder's own name differs per rebuild
+            (folder / "_stdout" / f"{n}-{kind}.txt").write_text(shown, encoding="utf-8")
+            if published_as:
+                (folder / published_as).write_text(proc.stdout, encoding="utf-8")
+        seconds[table] = time.perf_counter() - start
+    return seconds
+
+
+def _files(folder: Path) -> set[str]:
+    """Files under ``folder``, as paths relative to it."""
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+
+
+def compare(a: Path, b: Path, names: set[str] | None = None) -> list[str]:
+    """Files that differ between the folders ``a`` and ``b`` (``names``: only these relative paths)."""
+    problems = []
+    for rel in sorted(_files(a) | _files(b) if names is None else names):
+        left, right = a / rel, b / rel
+        if not left.is_file() or not right.is_file():
+            problems.append(f"{rel}: only in {a if left.is_file() else b}")
+        elif not filecmp.cmp(left, right, shallow=False):
+            problems.append(f"{rel}: differs")
+    return problems
+
+
+def _report(seconds: dict[str, float], label: str) -> None:
+    total = sum(seconds.values())
+    print(f"{label}: {len(seconds)} tables in {total:.1f} s ("
+          + ", ".join(f"{t} {s:.1f} s" for t, s in seconds.items()) + ")")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python scripts/rebuild_published.py",
+                                     description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_build = sub.add_parser("build", help="rebuild every table into OUT")
+    p_build.add_argument("out")
+    p_build.add_argument("--tree", default=str(ROOT), help="checkout whose reports build (default: this one)")
+    p_compare = sub.add_parser("compare", help="rebuild with two checkouts and compare every file")
+    p_compare.add_argument("old")
+    p_compare.add_argument("new", nargs="?", default=str(ROOT))
+    sub.add_parser("check", help="rebuild with this checkout and compare with what is published")
+    sub.add_parser("publish", help="rebuild with this checkout and write over the published files")
+    args = parser.parse_args(argv)
+
+    if args.command == "build":
+        _report(rebuild(Path(args.tree).resolve(), Path(args.out).resolve()), args.tree)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="rebuild-published-") as tmp:
+        tmp = Path(tmp)
+        if args.command == "compare":
+            old, new = Path(args.old).resolve(), Path(args.new).resolve()
+            _report(rebuild(old, tmp / "old"), f"old ({old})")
+            _report(rebuild(new, tmp / "new"), f"new ({new})")
+            problems = compare(tmp / "old", tmp / "new")
+            count = len(_files(tmp / "new"))
+            for line in problems:
+                print(line)
+            print(f"{count} files compared: " + ("all byte-identical" if not problems else f"{len(problems)} differ"))
+            return 1 if problems else 0
+        _report(rebuild(ROOT, tmp / "new"), f"this checkout ({ROOT})")
+        published = ROOT / PUBLISHED
+        made = {rel for rel in _files(tmp / "new") if "_stdout/" not in rel}
+        if args.command == "publish":
+            for rel in sorted(made):
+                target = published / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(tmp / "new" / rel, target)
+            print(f"wrote {len(made)} files under {PUBLISHED}")
+            return 0
+        names = {rel for rel in made if (published / rel).is_file()}
+        problems = compare(tmp / "new", published, names)
+        for line in problems:
+            print(line)
+        print(f"{len(names)} published files compared: "
+              + ("all as this checkout builds them" if not problems else f"{len(problems)} differ"))
+        return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

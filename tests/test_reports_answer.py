@@ -1,0 +1,218 @@
+"""Reports people read: the answer first (matrix.md, matrix.html, the terminal summary), torch's
+own docs before the other sources, the compact heatmap, the offline HTML, the overview and
+sensitivity charts, all byte-stable."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from reports.build import build
+from reports.load import load
+from reports.matrix import PNG_MAX_MARKS, PNG_MAX_SIZE, Matrix, png_spec
+from reports.records import ROW_FIELDS
+from reports.summary import summary_lines
+from tests.test_hostile_reports import assert_one_line_error, call
+from tests.test_reports import PNG_SIGNATURE, header, row, write
+
+FINDING = "inductor lowers put_ to index_put and never raises (seen on CPU, torch 2.13.0)"
+
+
+def mixed_run(tmp_path, name="r.jsonl"):
+    """Ascend rows first in the file; a failing cell, a waived one, a missing one (planned, no
+    row), a sweep entry (not a default source) and passing cells."""
+    run = header()
+    entries = [
+        {"source": "torch-docs", "doc_version": None, "entry_id": "lost_op", "op": "torch.lost_op",
+         "sentence": "lost", "list_name": "deterministic", "position": 9, "promise": "deterministic"},
+    ]
+    run.update(schema=3, planned=1, planned_entries=entries,
+               planned_cases=[{"id": "lost_op-cpu-error", "entry": 0, "phase": "program", "device": "cpu",
+                               "mode": "error", "compile": "eager"}])
+    records = [run]
+    records += [row(f"npu_{k}", source="ascend", list_name="ascend-table-1", position=k) for k in range(3)]
+    records += [row("scatter_add_", position=1),
+                row("index_add_", position=2, verdict="nondeterministic", observed="nondeterministic",
+                    detail={"example": "torch.index_add on cpu: x: float32[4]", "repro": "import torch\nprint(1)"}),
+                row("put_(accumulate=False)", position=3, verdict="stale-doc", expected="raises",
+                    detail={"known_finding": FINDING}),
+                row("put_(accumulate=False)", mode="off", position=3, verdict="no-difference-seen"),
+                row("sweep_op", source="sweep", list_name="opinfo", position=0)]
+    return write(tmp_path / name, [dict(r, schema=3) for r in records])
+
+
+def test_matrix_md_opens_with_the_answer_then_the_torch_docs_rows(tmp_path):
+    build([mixed_run(tmp_path)], tmp_path / "out")
+    md = (tmp_path / "out" / "matrix.md").read_text(encoding="utf-8")
+    first, matrix = md.split("## Matrix", 1)
+    assert first.splitlines()[2].startswith("**FAIL**: 2 of ")  # the answer on the first screen
+    assert "1 missing (planned, no row)" in first.splitlines()[2]
+    listed = first.split("## Failing and missing cells", 1)[1]
+    failing = listed.index("`index_add_`")
+    assert "**nondeterministic**" in listed and "example: torch.index\\_add on cpu" in listed
+    assert ("rerun: `python -m pytest 'conformance/test_documented.py::test_entry[index_add_-cpu-error]' "
+            "--source torch-docs --device cpu --mode error") in listed[failing:]
+    waived = listed.index("`put_(accumulate=False)`")
+    assert listed[waived - 4:waived] == "- ~ "  # waived, not a plain failure
+    assert f"known finding: {FINDING.replace('_', chr(92) + '_')}" in listed
+    assert "`lost_op`" in listed and "**missing** — planned, but the run wrote no row" in listed
+    assert "rerun: `python -m pytest conformance --source torch-docs --device cpu --mode error" in listed
+    # the matrix: torch's own docs first, then the vendor list, then the sweep
+    order = [m.group(1) for m in re.finditer(r"^\| (torch-docs|ascend|sweep) ", matrix, re.M)]
+    assert order == ["torch-docs"] * 4 + ["ascend"] * 3 + ["sweep"]
+
+
+def test_a_run_whose_failures_are_all_waived_passes(tmp_path):
+    records = [header(), row("a"), row("b", position=1, verdict="violated", detail={"known_finding": "known"})]
+    build([write(tmp_path / "r.jsonl", records)], tmp_path / "out")
+    md = (tmp_path / "out" / "matrix.md").read_text(encoding="utf-8")
+    assert md.splitlines()[2] == "**PASS**: 2 cells; the failing one is waived by a known finding"
+    html = (tmp_path / "out" / "matrix.html").read_text(encoding="utf-8")
+    assert '<p class="answer pass"><strong>PASS</strong>' in html
+
+
+def test_terminal_summary_answers_first(tmp_path):
+    lines = summary_lines(mixed_run(tmp_path))
+    assert lines[0].startswith("detconf: FAIL: 2 of ") and "1 missing" in lines[0]
+    assert lines[1].startswith("verdicts: conforms ")
+    failing = next(i for i, line in enumerate(lines) if "index_add_ (torch-docs) [cpu/error]: nondeterministic" in line)
+    assert lines[failing].startswith("  ✗ ")
+    assert lines[failing + 1].startswith("      ↳ rerun: python -m pytest ")
+    command = shlex.split(lines[failing + 1].split("rerun: ", 1)[1])
+    assert command[3] == "conformance/test_documented.py::test_entry[index_add_-cpu-error]"
+    waived = next(i for i, line in enumerate(lines) if "put_(accumulate=False) (torch-docs) [cpu/error]" in line)
+    assert lines[waived].startswith("  ~ ") and lines[waived + 1] == f"      ↳ known finding: {FINDING}"
+    assert any("lost_op (torch-docs) [cpu/error]: missing" in line for line in lines)
+    # then the counts per column
+    first_column = next(i for i, line in enumerate(lines) if line.startswith("cpu/error: conforms"))
+    assert first_column > waived
+
+
+def test_heatmap_fits_one_screen_grouped_by_list_with_failing_cells_labelled(tmp_path):
+    results = load([mixed_run(tmp_path)], columns=ROW_FIELDS)
+    matrix = Matrix.from_results(results)
+    spec = png_spec(matrix)
+    n_default = int((matrix.entries["source"] != "sweep").sum())
+    assert spec["codes"].shape == (len(matrix.columns), n_default)  # columns down, default-source entries across
+    assert spec["row_labels"] == matrix.labels
+    assert spec["figsize"][0] <= PNG_MAX_SIZE[0] and spec["figsize"][1] <= PNG_MAX_SIZE[1]
+    assert spec["group_labels"] == ["torch-docs · deterministic", "ascend · ascend-table-1"]
+    assert spec["group_starts"] == [0, 4]
+    assert len(spec["marks"]) == 3  # index_add_, put_ (waived but failing), lost_op (missing)
+    assert [label.split(" [")[0] for label in spec["mark_labels"]] == ["1. index_add_", "2. put_(accumulate=False)",
+                                                                       "3. lost_op"]
+    assert "1 more entries in matrix.html" in spec["title"]
+
+
+def test_heatmap_of_many_entries_and_columns_stays_on_one_screen(tmp_path):
+    records = [header()]
+    for k in range(900):
+        for mode in ("error", "warn_only", "off"):
+            verdict = "nondeterministic" if k % 20 == 0 and mode == "error" else "conforms"
+            records.append(row(f"op_{k:03d}", mode=mode, position=k, verdict=verdict))
+    matrix = Matrix.from_results(load([write(tmp_path / "r.jsonl", records)], columns=ROW_FIELDS))
+    spec = png_spec(matrix)
+    assert spec["codes"].shape[0] == 3 and spec["codes"].shape[1] <= 700
+    assert spec["figsize"][0] <= PNG_MAX_SIZE[0] and spec["figsize"][1] <= PNG_MAX_SIZE[1]
+    assert spec["numbered"] == PNG_MAX_MARKS and len(spec["marks"]) == 45
+    assert spec["mark_labels"][-1].startswith("… 15 more failing cells")
+
+
+def test_html_works_offline_filters_and_opens_every_cells_evidence(tmp_path):
+    src = mixed_run(tmp_path)
+    build([src], tmp_path / "out")
+    html = (tmp_path / "out" / "matrix.html").read_text(encoding="utf-8")
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)  # nothing fetched
+    assert "http://" not in html and "https://" not in html
+    assert html.count("<script>") == 1 and "<script src" not in html and "<link" not in html
+    for key in ("verdict", "device", "mode", "source", "text"):
+        assert f'data-filter="{key}"' in html
+    assert html.count("<th data-sortable>") >= 6
+    results = load([src])
+    cell_rows = re.findall(r'<tr id="c(\d+)" data-verdict="([^"]+)"', html)
+    assert len(cell_rows) == len(results)  # every cell, each with its evidence and rerun command
+    assert html.count("<details><summary>evidence</summary>") == len(results)
+    assert html.count("<p>rerun: <code") == len(results)
+    for number, _ in cell_rows:  # each matrix cell links to its evidence
+        assert f'<a href="#c{number}">' in html
+    assert "<pre>import torch\nprint(1)</pre>" in html  # the reproducer the run recorded
+    assert f"known finding: {FINDING}" in html
+    assert html.index('class="answer fail"') < html.index('id="cells"') < html.index('class="matrix"')
+
+
+def test_reports_are_byte_stable(tmp_path):
+    src = mixed_run(tmp_path)
+    build([src], tmp_path / "a")
+    build([src], tmp_path / "b")
+    for name in ("matrix.csv", "results.csv", "matrix.md", "matrix.html", "matrix.png", "summary.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    assert (tmp_path / "a" / "matrix.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_overview_and_sensitivity_charts_are_byte_stable(tmp_path, capsys):
+    one = mixed_run(tmp_path, "one.jsonl")
+    other = write(tmp_path / "two.jsonl", [dict(header("run-2", torch_version="2.5.1"), schema=3)] + [
+        dict(row("index_add_", mode=m, verdict="conforms" if m != "off" else "nondeterminism-seen",
+                 torch_version="2.5.1", run_id="run-2", detail={"verdicts_per_example": {"nondeterminism-seen": 2}}),
+             schema=3) for m in ("error", "off")])
+    for out in ("a", "b"):
+        assert call(["overview", one, other, "--out", tmp_path / out], capsys)[0] == 0
+        assert call(["sensitivity", one, other, "--out", tmp_path / out], capsys)[0] == 0
+    for name in ("overview.png", "overview.md", "sensitivity.png", "sensitivity.md"):
+        data = (tmp_path / "a" / name).read_bytes()
+        assert data == (tmp_path / "b" / name).read_bytes(), name
+    assert (tmp_path / "a" / "overview.png").read_bytes().startswith(PNG_SIGNATURE)
+    overview = (tmp_path / "a" / "overview.md").read_text(encoding="utf-8")
+    assert "torch 2.5.1 · cpu (x86\\_64 (2 threads)) · off" in overview and "![overview](overview.png)" in overview
+    assert "![sensitivity per device](sensitivity.png)" in (tmp_path / "a" / "sensitivity.md").read_text()
+
+
+def test_the_bar_specs_say_what_they_draw(tmp_path):
+    from reports.overview import bars_spec, overview_rows
+    from reports.sensitivity import chart_spec, sensitivity_table
+
+    src = mixed_run(tmp_path)
+    matrix = Matrix.from_results(load([src], columns=ROW_FIELDS))
+    spec = bars_spec(overview_rows(matrix), "t")
+    assert spec["rows"] == ["torch 2.13.0+cpu · cpu (x86_64 (2 threads)) · error",
+                            "torch 2.13.0+cpu · cpu (x86_64 (2 threads)) · off"]
+    assert spec["share"] and {label for label, _, _ in spec["segments"]} >= {"conforms", "nondeterministic", "missing"}
+    chart = chart_spec(sensitivity_table([src]))
+    assert chart["rows"] == ["cpu · 2.13.0+cpu"] and chart["notes"][0].startswith("0/0 entries differed")
+
+
+@pytest.mark.parametrize("argv", [["overview", "missing.jsonl", "--out", "o"], ["overview"]], ids=["no-file", "usage"])
+def test_overview_bad_input_is_one_line(tmp_path, capsys, argv, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = call(argv, capsys)
+    assert_one_line_error(code, err, "")
+    assert not (tmp_path / "o" / "overview.png").exists()
+
+
+def test_the_answer_lists_a_bounded_number_of_cells_and_fails_beyond(tmp_path, monkeypatch):
+    from reports import answer as answer_mod
+
+    monkeypatch.setattr(answer_mod, "ANSWER_MAX_CELLS", 2)
+    records = [header()] + [row(f"op_{k}", position=k, verdict="violated", detail={"known_finding": "known"})
+                            for k in range(5)]
+    results = load([write(tmp_path / "r.jsonl", records)], columns=ROW_FIELDS)
+    answer = answer_mod.answer_for(Matrix.from_results(results), results)
+    assert [c.entry_id for c in answer.cells] == ["op_0", "op_1"] and answer.more == 3
+    assert not answer.passed  # the cells not read cannot count as waived
+    assert answer.headline == "FAIL: 5 of 5 cells failing (2 waived by a known finding), the first 2 listed"
+
+
+def test_every_published_table_is_what_this_checkout_builds():
+    """The published Markdown, HTML, CSV and pictures are rebuilt from their committed results
+    files by this checkout's reports, byte for byte (scripts/rebuild_published.py check)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "scripts" / "rebuild_published.py"), "check"], cwd=root,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-2000:]
+    assert "all as this checkout builds them" in out.stdout
