@@ -11,10 +11,12 @@ from typing import Iterable
 
 from detconf.vocabulary import CHECK_SOURCES, DEFAULT_SOURCES, OP_SOURCES, OPT_IN_SOURCES, SOURCE_NAMES
 from engine import docspec
+from conformance.sweep import sweep_entries
 from engine.entry import CatalogError, Entry, check_unique, entries_from_json
 
 __all__ = ["CHECK_SOURCES", "DATA", "DATA_FILES", "DEFAULT_SOURCES", "OPT_IN_SOURCES", "OP_SOURCES", "SOURCES",
-           "TORCH_DOCS", "UnknownSource", "data_file", "doc_versions", "load_catalog", "load_entries",
+           "PROFILE_SOURCES", "TORCH_DOCS", "UnknownSource", "data_file", "doc_versions", "load_catalog",
+           "load_check_entries", "load_entries", "profile_entries", "profiles",
            "read_entries_file", "snapshot_entries", "snapshot_of_release", "snapshot_text"]
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -22,7 +24,8 @@ DATA = Path(__file__).resolve().parent / "data"
 TORCH_DOCS = DATA / "torch-docs"
 SOURCES = SOURCE_NAMES
 #: The catalog file of each source that has one (under :data:`DATA`), validated against
-#: ``data/schemas/catalog-entries.schema.json`` when read.
+#: ``data/schemas/catalog-entries.schema.json`` when read (torch-free, before the run starts; the
+#: Ascend list is read for the run through the NPU backend's profile, which names this file).
 DATA_FILES = {"ascend": "ascend.json", "flag-api": "flag_api.json", "repro-notes": "repro_notes.json"}
 #: The promise every entry of a source must make, where the source fixes it.
 _SOURCE_PROMISE = {source: "behaves" for source in CHECK_SOURCES}
@@ -54,18 +57,45 @@ class UnknownSource(ValueError):
     pass
 
 
+def load_check_entries(source: str, path: str | Path | None = None) -> list[Entry]:
+    """The catalog entries of check source ``source`` (one of ``CHECK_SOURCES``: the flag API, the
+    reproducibility notes), in file order; their checks are :mod:`conformance.checks`'.
+
+    ``path`` overrides the catalog file (for tests; default :func:`data_file`). Malformed JSON,
+    a schema violation, an entry of another source or promise, or a duplicate id raises
+    :class:`engine.entry.CatalogError` with a one-line message naming the file, the entry and
+    the field.
+    """
+    if source not in CHECK_SOURCES:
+        raise ValueError(f"unknown check source {source!r}; expected one of {CHECK_SOURCES}")
+    return read_entries_file(Path(path) if path is not None else data_file(source), source=source)
+
+
+#: Sources read from the backends' vendor profiles (:attr:`engine.backends.VendorProfile.source`):
+#: every distribution's profile is ``vendor``; the built-in NPU backend's Ascend list is ``ascend``.
+PROFILE_SOURCES = ("ascend", "vendor")
+
+
+def profiles(source: str | None = None) -> list:
+    """(backend, profile) for every backend whose vendor profile is of ``source`` (None: any)."""
+    from engine.devices import backends  # torch: imported when a profile source is loaded, not before
+
+    return [(b, b.profile) for b in backends().values()
+            if b.profile is not None and (source is None or b.profile.source == source)]
+
+
 def vendor_profiles() -> list:
-    """(backend, profile) for every backend that comes with a vendor profile."""
-    from engine.devices import backends
+    """(backend, profile) for every backend that comes with a vendor profile of source ``vendor``
+    (an installed distribution's)."""
+    return profiles("vendor")
 
-    return [(b, b.profile) for b in backends().values() if b.profile is not None]
 
-
-def import_vendor_recipes() -> None:
-    """Import the recipe modules the vendor profiles name (their ``@recipe`` functions register)."""
+def import_vendor_recipes(source: str | None = "vendor") -> None:
+    """Import the recipe modules the profiles of ``source`` name (None: every profile's); their
+    ``@recipe`` functions register."""
     import importlib
 
-    for backend, profile in vendor_profiles():
+    for backend, profile in profiles(source):
         for module in profile.recipes:
             try:
                 importlib.import_module(module)
@@ -74,31 +104,30 @@ def import_vendor_recipes() -> None:
                                             f"module {module!r} failed: {type(exc).__name__}: {exc}".split())) from None
 
 
-def vendor_entries() -> list[Entry]:
-    """Source ``vendor``: the entries of every vendor profile's list (read like ``ascend.json``),
-    once its recipe modules are imported."""
-    import_vendor_recipes()
+def profile_entries(source: str) -> list[Entry]:
+    """A profile source (:data:`PROFILE_SOURCES`): the entries of every profile of ``source``
+    (read like ``ascend.json``), once its recipe modules are imported."""
+    import_vendor_recipes(source)
     entries: list[Entry] = []
-    for backend, profile in vendor_profiles():
-        entries.extend(read_entries_file(profile.data, source="vendor"))
+    for backend, profile in profiles(source):
+        entries.extend(read_entries_file(profile.data_path(), source=source))
     return entries
+
+
+def vendor_entries() -> list[Entry]:
+    """Source ``vendor``: the entries of every installed distribution's vendor profile."""
+    return profile_entries("vendor")
 
 
 def load_entries(source: str, *, doc_version: str | None = None) -> list[Entry]:
     """Entries of one source. ``doc_version`` picks a docs snapshot for torch-docs."""
     if source == "torch-docs":
         entries = snapshot_entries(doc_version) if doc_version else docspec.installed_entries()
-    elif source == "ascend":
-        entries = read_entries_file(data_file("ascend"), source="ascend")
-    elif source == "vendor":
-        entries = vendor_entries()
+    elif source in PROFILE_SOURCES:
+        entries = profile_entries(source)
     elif source == "sweep":
-        from conformance.sweep import sweep_entries
-
         entries = sweep_entries()
     elif source in CHECK_SOURCES:
-        from conformance.checks import load_check_entries
-
         entries = load_check_entries(source)
     else:
         raise UnknownSource(f"unknown source {source!r}; known: {', '.join(SOURCES)}")

@@ -1,7 +1,7 @@
-"""Targets the checks run in fresh processes through :mod:`engine.child`.
+"""Targets the checks run in fresh processes through :mod:`detconf.child`.
 
-Each is ``fn(payload) -> JSON-safe result``. This module imports only ``torch``
-(and, inside the targets, :mod:`conformance.rng_ops`): a child must start in
+Each is ``fn(payload) -> JSON-safe result``. This module imports only ``torch`` and the
+torch-free :mod:`detconf.vocabulary` (and, inside the targets, :mod:`conformance.rng_ops`): a child must start in
 well under a second and must not touch what it is asked to observe (no
 Inductor import, no CUDA initialisation before the environment is in place).
 The deterministic flag is set through ``torch._C`` directly: the public switch
@@ -9,7 +9,6 @@ imports Inductor, seconds per child.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import warnings
@@ -17,9 +16,13 @@ from typing import Any
 
 import torch
 
+from detconf.vocabulary import MODE_FLAGS
+from engine.fingerprint import sha256, tensor_bytes
+
 
 def _set_mode(mode: str) -> None:
-    torch._C._set_deterministic_algorithms(mode != "off", warn_only=mode == "warn_only")
+    enabled, warn_only = MODE_FLAGS[mode]
+    torch._C._set_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
 def default_fill(payload: dict[str, Any]) -> dict[str, Any]:
@@ -73,8 +76,7 @@ def cublas_runs(payload: dict[str, Any]) -> dict[str, Any]:
             for _ in range(payload["runs"]):
                 out = fn(*args)
                 torch.cuda.synchronize()
-                raw = out.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-                runs.append(hashlib.sha256(raw).hexdigest()[:16])
+                runs.append(sha256([tensor_bytes(out)], length=16))
         except RuntimeError as exc:
             error = str(exc)
     return {

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import os
 import time
 import traceback
@@ -42,8 +41,9 @@ from engine import checks, comparison, fleet, program, strategies, verdict
 from engine.compiled import Compiler, compile_unavailable
 from engine.determinism import GlobalState, capture_state, preserved_rng, restore_state
 from engine.devices import Backend
+from engine.fingerprint import sha256, tensor_bytes
 from engine.observation import Observation
-from engine.runner import RunOutcome, backend_gap, compare_values, eager_reach, missing_kernel, run_program, run_values
+from engine.runner import RunOutcome, backend_gap, eager_reach, missing_kernel, run_program, run_values
 from engine.trace import DispatchTrace, reached, top_ops
 
 
@@ -80,8 +80,8 @@ def _entry_fields(case: Case) -> dict[str, Any]:
 
 
 def expected_for(case: Case) -> str:
-    return verdict.expected_outcome(case.entry, case.device, case.mode,
-                                    raise_documented_elsewhere=case.raise_documented_by is not None)
+    """The case's expected outcome, decided when the case was made (:attr:`Case.expected`)."""
+    return case.expected
 
 
 def base_row(case: Case, backend: Backend | None, expected: str) -> dict[str, Any]:
@@ -107,8 +107,14 @@ def base_row(case: Case, backend: Backend | None, expected: str) -> dict[str, An
 
 
 def _judged(case: Case, expected: str, obs: Observation, extra: dict[str, Any] | None = None) -> Record:
-    """The one place an example's verdict is decided."""
-    v = verdict.verdict_for(expected, obs, listed=verdict.is_listed(case.entry))
+    """The one place an example's verdict is decided (an op example that conforms is then
+    compared with a reference: :func:`judge_program`)."""
+    return _record(verdict.verdict_for(expected, obs, listed=verdict.is_listed(case.entry)), obs, extra)
+
+
+def _record(v: str, obs: Observation, extra: dict[str, Any] | None = None) -> Record:
+    """The record of an example whose verdict is ``v``: the word for the matrix and the evidence
+    (``extra``, else the observation's)."""
     detail = dict(extra) if extra is not None else obs.to_json()
     if obs.skipped is not None:
         detail.setdefault("reason", obs.skipped)
@@ -217,9 +223,11 @@ def judge_program(case: Case, expected: str, backend: Backend, prog: program.Pro
     obs.numel = max((t.numel() for t in prog.inputs.values() if isinstance(t, torch.Tensor)), default=0)
     if kernels:
         obs.kernels = {kernel_name(g): reached(g, outcome.ops) and not prog.meta.get("unreachable") for g in kernels}
-    if _needs_differential(case, expected, outcome, prog):
+    decided = verdict.verdict_for(expected, obs, listed=verdict.is_listed(case.entry))
+    if decided == "conforms" and _comparable(case, outcome, prog):
         obs.wrong_result = _differential(prog, outcome, backend, compiled=compiler is not None)
-    record = _judged(case, expected, obs)
+        decided = verdict.with_differential(decided, obs.wrong_result)
+    record = _record(decided, obs)
     if peer is not None and compiler is None and case.phase == "program" and outcome.values is not None \
             and obs.identical and _promised_deterministic(expected, obs):
         record.detail["d2d"] = device_to_device(prog, case.mode, backend, peer)
@@ -247,15 +255,9 @@ def device_to_device(prog: program.Program, mode: str, backend: Backend, peer: B
 
 
 def values_fingerprint(values: list[tuple[str, torch.Tensor]]) -> str:
-    h = hashlib.sha256()
-    for label, t in values:
-        h.update(label.encode())
-        h.update(str(t.dtype).encode())
-        h.update(repr(tuple(t.shape)).encode())
-        if t.numel():  # a fresh one-dimensional copy: its bytes whatever the strides, conj or neg bits
-            flat = torch.empty(t.numel(), dtype=t.dtype).copy_(t.detach().cpu().resolve_conj().resolve_neg().reshape(-1))
-            h.update(flat.view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+    """The SHA-256 of a run's values: each label, dtype, shape and bytes."""
+    return sha256(chunk for label, t in values
+                  for chunk in (label, str(t.dtype), repr(tuple(t.shape)), tensor_bytes(t)))
 
 
 def _d2d_field(records: list[Record], backend: Backend, peer: Backend | None) -> dict[str, Any] | None:
@@ -275,10 +277,10 @@ def _d2d_field(records: list[Record], backend: Backend, peer: Backend | None) ->
     return out
 
 
-def _needs_differential(case: Case, expected: str, outcome: RunOutcome, prog: program.Program) -> bool:
-    """Only a conforming, comparable, initialised result is compared with a reference."""
-    return (outcome.values is not None and case.mode != "off" and not prog.meta.get("uninitialized")
-            and verdict.verdict_for(expected, outcome.observation, listed=verdict.is_listed(case.entry)) == "conforms")
+def _comparable(case: Case, outcome: RunOutcome, prog: program.Program) -> bool:
+    """Only a conforming (the caller's test), comparable, initialised result is compared with a
+    reference."""
+    return outcome.values is not None and case.mode != "off" and not prog.meta.get("uninitialized")
 
 
 def _precision(backend: Backend, outcome: RunOutcome, prog: program.Program, reference: Backend | None) -> comparison.Precision:
@@ -299,7 +301,8 @@ def _precision(backend: Backend, outcome: RunOutcome, prog: program.Program, ref
     actual, why_a = coarsest(backend)
     ref, why_r = coarsest(reference) if reference is not None else (actual, why_a)
     return comparison.Precision(actual=actual, reference=ref, reduction=reduction,
-                                why="; ".join(dict.fromkeys(w for w in (why_a, why_r) if w)))
+                                why="; ".join(dict.fromkeys(w for w in (why_a, why_r) if w)),
+                                tolerances=backend.tolerances)
 
 
 def _wide_inputs(prog: program.Program) -> program.Program:
@@ -338,14 +341,14 @@ def _differential(prog: program.Program, outcome: RunOutcome, backend: Backend, 
         if problem:
             return f"vs default algorithm: {problem}"
     if not backend.is_host:
-        cpu = torch.device("cpu")
+        host = _host_backend()
+        cpu = host.torch_device()
         try:
             with backend.on_host():
                 reference = run_values(prog, "off", device=cpu)
         except Exception:  # noqa: BLE001 - a recipe tied to its device has no CPU reference
             reference = None
         if reference is not None:
-            host = _host_backend()
             precision = _precision(backend, outcome, prog, host)
             problem = comparison.compare(outcome.values, reference, rules, inputs=prog.inputs, precision=precision)
             if problem:
@@ -522,7 +525,7 @@ def math_mode(backend: Backend) -> dict[str, dict[str, str]]:
 
 def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: settings | None) -> dict[str, Any]:
     started = time.perf_counter()
-    expected = expected_for(case)
+    expected = case.expected
     row = base_row(case, backend, expected)
     detail: dict[str, Any] = {"math_mode": math_mode(backend)}
     if case.raise_documented_by:
@@ -547,7 +550,7 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
 
     compiler: Compiler | None = None
     if case.compile != "eager":
-        lack = compile_unavailable(case.compile, case.device)
+        lack = compile_unavailable(case.compile, backend.inductor_codegen)
         if lack is not None:
             rec = _judged(case, expected, Observation(unsupported=lack, check=is_check), {"unsupported": lack})
             row.update(verdict=rec.verdict, observed=rec.observed, examples=0, runs=0, detail=rec.detail)
@@ -708,7 +711,7 @@ def _finish(row: dict[str, Any], started: float) -> dict[str, Any]:
 
 def skipped_row(case: Case, reason: str) -> dict[str, Any]:
     """The row of a case that was not run (its device is absent)."""
-    expected = expected_for(case)
+    expected = case.expected
     rec = _judged(case, expected, Observation(skipped=reason), {})
     row = base_row(case, None, expected)
     row.update(verdict=rec.verdict, observed=rec.observed, examples=0, runs=0, detail=rec.detail, duration_s=0.0)
@@ -717,7 +720,7 @@ def skipped_row(case: Case, reason: str) -> dict[str, Any]:
 
 def crashed_row(case: Case, message: str) -> dict[str, Any]:
     """A worker or child died while running the case: our failure until shown otherwise."""
-    expected = expected_for(case)
+    expected = case.expected
     obs = Observation(error=message[:800], observed="crashed")
     rec = _judged(case, expected, obs, {"error": obs.error})
     row = base_row(case, None, expected)

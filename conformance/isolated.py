@@ -7,17 +7,18 @@ all cases under ``--isolate``, and the old docs' cuBLAS entries, which need
 ``CUBLAS_WORKSPACE_CONFIG`` unset before CUDA starts.
 
 The case travels to the child as JSON (:meth:`Case.to_json`) through the one
-child runner, :mod:`engine.child`; the child judges exactly that case and sends
+child runner, :mod:`detconf.child`; the child judges exactly that case and sends
 the row back. Run by hand::
 
-    python -m engine.child conformance.isolated:judge_payload '{"case": ..., "profile": "ci", "runs": 2}'
+    python -m detconf.child conformance.isolated:judge_payload '{"case": ..., "profile": "ci", "runs": 2}'
 """
 from __future__ import annotations
 
 from typing import Any
 
+from conformance.catalog import PROFILE_SOURCES, import_vendor_recipes
 from conformance.plan import Case
-from engine.child import ChildFailed, child_env, run_in_child
+from detconf.child import ChildFailed, child_env, run_in_child
 
 TARGET = "conformance.isolated:judge_payload"
 
@@ -53,10 +54,8 @@ def judge_payload(payload: dict[str, Any]) -> dict[str, Any]:
 
     profiles.load(payload["profile"])
     case = Case.from_json(payload["case"])
-    if case.entry.source == "vendor":
-        from conformance.catalog import import_vendor_recipes
-
-        import_vendor_recipes()
+    if case.entry.source in PROFILE_SOURCES:
+        import_vendor_recipes(case.entry.source)
     backend = resolve_devices([case.device])[0]
     index = payload.get("device_index")
     if index is not None:

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable
 
 from detconf.vocabulary import COMPILERS, DETERMINISTIC_MODES, SOURCE_NAMES, UNLISTED_SOURCES
 from engine.entry import CatalogError, Entry
+from engine.verdict import expected_outcome
 
 
 def same_conditions(a: Entry, b: Entry) -> bool:
@@ -68,6 +69,8 @@ class Case:
     backend the program runs through.
     ``not_applicable``: why the case is not run, when its entry's ``torch`` range leaves out the
     torch under test (:func:`not_applicable`); it gets a ``skipped`` row saying so.
+    ``expected``: what the docs promise for the case (:func:`engine.verdict.expected_outcome`),
+    decided once, when the case is made, and carried with it (to an isolated child too).
     """
 
     entry: Entry
@@ -77,10 +80,14 @@ class Case:
     phase: str = "program"
     compile: str = "eager"
     not_applicable: str | None = None
+    expected: str = ""
 
     def __post_init__(self) -> None:
         if self.compile not in COMPILERS:
             raise ValueError(f"compile setting must be one of {COMPILERS}, got {self.compile!r}")
+        if not self.expected:
+            object.__setattr__(self, "expected", expected_outcome(
+                self.entry, self.device, self.mode, raise_documented_elsewhere=self.raise_documented_by is not None))
 
     @property
     def id(self) -> str:
@@ -94,12 +101,12 @@ class Case:
     def to_json(self) -> dict[str, Any]:
         return {"entry": self.entry.to_json(), "device": self.device, "mode": self.mode,
                 "raise_documented_by": self.raise_documented_by, "phase": self.phase, "compile": self.compile,
-                "not_applicable": self.not_applicable}
+                "not_applicable": self.not_applicable, "expected": self.expected}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Case":
         return cls(Entry.from_json(d["entry"]), d["device"], d["mode"], d.get("raise_documented_by"),
-                   d.get("phase", "program"), d.get("compile", "eager"), d.get("not_applicable"))
+                   d.get("phase", "program"), d.get("compile", "eager"), d.get("not_applicable"), d.get("expected", ""))
 
 
 def phases_for(entry: Entry, mode: str, compile: str = "eager") -> tuple[str, ...]:

@@ -7,14 +7,17 @@ device, mode, compile setting and expected outcome.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from conformance.plan import Case
 
 
-def planned_fields(cases: Iterable[Case], expected_for) -> dict[str, Any]:
+def planned_fields(cases: Iterable[Case], expected_for: Callable[[Case], str] | None = None) -> dict[str, Any]:
     """``{"planned_entries": [...], "planned_cases": [...]}`` for ``cases`` (in their order);
-    ``expected_for(case)`` gives a case's expected outcome."""
+    a case's expected outcome is the one it carries (:attr:`Case.expected`; ``expected_for``,
+    if given, is asked instead)."""
+    if expected_for is None:
+        expected_for = _carried
     entries: list[dict[str, Any]] = []
     index: dict[tuple, int] = {}
     out_cases: list[dict[str, Any]] = []
@@ -29,3 +32,7 @@ def planned_fields(cases: Iterable[Case], expected_for) -> dict[str, Any]:
         out_cases.append({"id": case.id, "entry": index[key], "phase": case.phase, "device": case.device,
                           "mode": case.mode, "compile": case.compile, "expected": expected_for(case)})
     return {"planned_entries": entries, "planned_cases": out_cases}
+
+
+def _carried(case: Case) -> str:
+    return case.expected

@@ -10,6 +10,9 @@
   free memory, thousands of writes per destination, overlapping windows), the same examples in
   every mode, at least :data:`conformance.harness.STRESS_RUNS` runs each.
 """
+import contextlib
+from typing import Iterator
+
 from hypothesis import settings
 
 PROFILES = {
@@ -29,6 +32,21 @@ def register() -> None:
 
 
 register()
+
+
+@contextlib.contextmanager
+def kept() -> Iterator[None]:
+    """Put the chosen profile back after the body: torch's test utilities register and load
+    profiles of their own when imported (one of them named ``dev``, like ours)."""
+    chosen = settings._current_profile
+    try:
+        yield
+    finally:
+        register()
+        if chosen in PROFILES:
+            load(chosen)
+        else:
+            settings.load_profile(chosen)
 
 
 def load(name: str) -> None:

@@ -39,6 +39,8 @@ from hypothesis import strategies as st
 
 from conformance import sweep
 from engine import comparison
+from engine.backends import HOST
+from engine.determinism import preserved_python_rng
 from engine.entry import Entry
 from engine.program import NOT_JUDGED, Program, RecipeSkipped, recipe_prefix
 from engine.runner import UNSUPPORTED, missing_kernel
@@ -129,23 +131,18 @@ def generate_samples(opinfo: Any, device: torch.device, dtype: torch.dtype, requ
     # save its generator (torch-opencl has no get_rng_state) is not forked either: its samples
     # come from the seeded CPU generator, and nothing on it is left to restore.
     module = getattr(torch, device.type, None)
-    forkable = device.type != "cpu" and all(hasattr(module, f) for f in ("get_rng_state", "set_rng_state"))
+    forkable = device.type != HOST and all(hasattr(module, f) for f in ("get_rng_state", "set_rng_state"))
     fork = {"devices": [device.index or 0], "device_type": device.type} if forkable else {"devices": []}
-    saved_random, saved_numpy = random.getstate(), np.random.get_state()
-    try:
-        with torch.random.fork_rng(**fork):
-            torch.manual_seed(seed)
-            random.seed(seed)
-            np.random.seed(seed)
-            # The sample function itself, which is what ``opinfo.sample_inputs(...,
-            # set_seed=False)`` iterates: its wrapper reseeds with a fixed seed
-            # unless told not to, and looks up the running unittest method
-            # with inspect.stack() for every sample, which is slow under pytest.
-            samples = opinfo.sample_inputs_func(opinfo, device, dtype, requires_grad)
-            return list(itertools.islice(samples, limit))
-    finally:
-        random.setstate(saved_random)
-        np.random.set_state(saved_numpy)
+    with preserved_python_rng(), torch.random.fork_rng(**fork):
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed)
+        # The sample function itself, which is what ``opinfo.sample_inputs(...,
+        # set_seed=False)`` iterates: its wrapper reseeds with a fixed seed
+        # unless told not to, and looks up the running unittest method
+        # with inspect.stack() for every sample, which is slow under pytest.
+        samples = opinfo.sample_inputs_func(opinfo, device, dtype, requires_grad)
+        return list(itertools.islice(samples, limit))
 
 
 # ---------------------------------------------------------------------------
@@ -436,7 +433,7 @@ def opinfo_sample(draw, entry: Entry, case: dict, device: torch.device) -> Progr
     try:
         samples = generate_samples(opinfo, device, dtype, requires_grad, seed, limit)
     except (RuntimeError, NotImplementedError, TypeError) as exc:
-        if device.type != "cpu" and missing_kernel(str(exc), device.type):
+        if device.type != HOST and missing_kernel(str(exc), device.type):
             raise  # the device lacks an operator: the harness names it (unsupported), not a skip
         if UNSUPPORTED.search(str(exc)):
             raise RecipeSkipped(f"OpInfo {name!r}: its sample inputs cannot be built on {device.type}: "

@@ -1,6 +1,6 @@
 """The random ops of the seed checks, shared with their child processes.
 
-This module imports only ``torch`` (and ``hashlib``), so the fresh-process
+This module imports only ``torch`` (and :mod:`engine.fingerprint`, which imports only torch), so the fresh-process
 check's children (:mod:`conformance.children`) start quickly.
 
 ``build(name, params, device)`` returns a zero-argument function whose tensors
@@ -10,10 +10,11 @@ private generator seeded with ``params["data_seed"]``.
 """
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Callable
 
 import torch
+
+from engine.fingerprint import sha256, tensor_bytes
 
 RNG_OPS = ("randn", "rand", "dropout", "randperm", "multinomial", "svd_lowrank")
 
@@ -51,12 +52,8 @@ def build(name: str, params: dict[str, Any], device: torch.device | str) -> Call
 
 
 def fingerprint(tensors: tuple[torch.Tensor, ...]) -> str:
-    h = hashlib.sha256()
-    for t in tensors:
-        h.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
-        t = t.detach().to("cpu").reshape(-1).clone(memory_format=torch.contiguous_format)
-        h.update(t.view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()[:16]
+    """16 hex digits of the SHA-256 of each output's dtype, shape and bytes."""
+    return sha256((chunk for t in tensors for chunk in (f"{t.dtype}|{tuple(t.shape)}|", tensor_bytes(t))), length=16)
 
 
 def run_seeded(name: str, params: dict[str, Any], device: torch.device | str, seed: int) -> str:

@@ -4,7 +4,7 @@ A case's part follows from the case alone -- a SHA-256 of its entry (source and 
 and compile setting -- so the split is the same on every machine, whatever the order of
 collection, and every case is in exactly one part. All modes and phases of an entry on a
 device under a compile setting stay in one part: a compiled entry's modes share their
-kernels (see ``conftest._compile_group``), and a shard's rows of an entry read together.
+kernels (see ``plugin.plan._compile_group``), and a shard's rows of an entry read together.
 """
 from __future__ import annotations
 

@@ -20,9 +20,6 @@ parsing, frozen ``torch.backends`` flags, warning filters) is put back.
 """
 from __future__ import annotations
 
-import random
-import sys
-import warnings
 from typing import Any, Iterable
 
 from engine.entry import CatalogError, Entry, check_unique
@@ -97,51 +94,22 @@ def load_op_db() -> list:
 
 
 def _import_op_db() -> list:
-    import numpy as np
-    import torch
-    import torch.backends
+    # The testing package parses sys.argv, reseeds every RNG, freezes the torch.backends flags
+    # and adds warning filters when imported: the guard undoes that
+    # (engine.determinism.import_effects_undone). It also registers and loads Hypothesis
+    # profiles of its own (one of them named "dev", like ours): the chosen profile survives.
+    from conformance import profiles
+    from engine.determinism import import_effects_undone  # torch: imported when the sweep is asked for
 
-    # The testing package parses sys.argv, reseeds every RNG, freezes the
-    # torch.backends flags (the determinism guard sets cudnn flags) and adds
-    # warning filters when imported: undo all of that here.
-    saved_argv = sys.argv
-    saved_filters = list(warnings.filters)
-    saved_torch_rng = torch.get_rng_state()
-    saved_random = random.getstate()
-    saved_numpy = np.random.get_state()
-    # flags_frozen() reads this module global; torch.backends may be a module
-    # wrapper, so reach the global through the function.
-    flag_globals = torch.backends.flags_frozen.__globals__
-    flag_name = "__allow_nonbracketed_mutation_flag"
-    allowed_before = flag_globals.get(flag_name, True)
-    sys.argv = saved_argv[:1] if saved_argv else ["detconf"]
-    # torch's test utilities register and load Hypothesis profiles of their own
-    # (one of them named "dev", like ours): the chosen profile must survive.
-    from hypothesis import settings
-
-    saved_profile = settings._current_profile
     try:
-        from torch.testing._internal.common_methods_invocations import op_db
+        with profiles.kept(), import_effects_undone():
+            from torch.testing._internal.common_methods_invocations import op_db
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc).splitlines()[0]
         raise CatalogError(
             f"the sweep source needs torch's OpInfo database, which failed to import ({missing}): "
             "pip install -r requirements-base.txt (expecttest)"
         ) from None
-    finally:
-        sys.argv = saved_argv
-        warnings.filters[:] = saved_filters
-        torch.set_rng_state(saved_torch_rng)
-        random.setstate(saved_random)
-        np.random.set_state(saved_numpy)
-        flag_globals[flag_name] = allowed_before
-        from conformance import profiles
-
-        profiles.register()
-        if saved_profile in profiles.PROFILES:
-            profiles.load(saved_profile)
-        else:
-            settings.load_profile(saved_profile)
     return op_db
 
 

@@ -1,6 +1,6 @@
 """One generated test per (documented entry, device, mode).
 
-The parameters come from the plugin (``conftest.py``): the installed torch's
+The parameters come from the plugin (:mod:`plugin.plan`): the installed torch's
 docstring (or ``--doc-version``) and the other selected sources, times the
 selected devices and modes. Each test judges its case with Hypothesis,
 attaches the result row to its report, and fails when the verdict does.
@@ -28,13 +28,13 @@ def test_documented(conformance_case, detconf_settings, record_row, request):
     if not backend.describe()["available"]:
         record_row(skipped_row(case, f"device {case.device!r} is not available on this machine"))
         pytest.skip(f"device {case.device!r} is not available")
-    # Old docs' cuBLAS list promises a raise *without* CUBLAS_WORKSPACE_CONFIG, which
-    # the plugin sets for everything else; CUDA reads it once per process.
-    needs_bare_cublas = case.device == "cuda" and "no-cublas-workspace-config" in case.entry.qualifiers
-    if backend.isolate_modes or detconf_settings["isolate"] or needs_bare_cublas:
+    # An entry that needs a variable unset which the device's runtime reads once per process
+    # (old docs' cuBLAS list: a raise *without* CUBLAS_WORKSPACE_CONFIG, which the plugin sets
+    # for everything else) runs in a fresh process without it (Backend.unset_for_qualifier).
+    unset = backend.env_to_unset(case.entry.qualifiers)
+    if backend.isolate_modes or detconf_settings["isolate"] or unset:
         row = judge_in_subprocess(case, profile=detconf_settings["profile"], runs=detconf_settings["runs"],
-                                  unset_env=("CUBLAS_WORKSPACE_CONFIG",) if needs_bare_cublas else (),
-                                  device_index=backend.index)
+                                  unset_env=unset, device_index=backend.index)
     else:
         row = judge(case, backend, runs=detconf_settings["runs"])
     finding = known_finding(row, detconf_settings["findings"])

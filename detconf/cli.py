@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from detconf.suite import suite_root
+
 USAGE = ("usage: detconf run [pytest args] | detconf report {build,diff,drift,sensitivity,certify,verify,fingerprints} "
          "[args] | detconf gpu-run [--wheels DIR] [--steps LIST] [--device NAME] [--out DIR] [-n N] [-- pytest args]")
 
@@ -23,15 +25,6 @@ USAGE = ("usage: detconf run [pytest args] | detconf report {build,diff,drift,se
 def _error(message: str) -> int:
     print(f"detconf: error: {message}", file=sys.stderr)
     return 2
-
-
-def suite_root() -> Path | None:
-    """The folder that holds the ``conformance`` package (checkout or site-packages)."""
-    spec = importlib.util.find_spec("conformance")
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        if (Path(location) / "test_documented.py").is_file():
-            return Path(location).parent
-    return None
 
 
 def run_command(args: list[str], root: Path) -> list[str]:

@@ -1,11 +1,11 @@
 """The installed pytest plugin (entry point ``pytest11``: ``detconf``).
 
-detconf's plugin is the suite root's ``conftest.py``. Run from a checkout, pytest loads that file
-itself; installed (``pip install .``), the packages go to site-packages and this module loads the
-installed copy of it instead. Either way it loads once: this module steps aside when pytest has
-already loaded a ``conftest.py`` that is detconf's plugin (it says so with
-``DETCONF_SUITE_PLUGIN``), e.g. ``python -m pytest conformance`` in a checkout with detconf also
-installed.
+detconf's plugin is the :mod:`plugin` package, which the suite root's ``conftest.py`` hands to
+pytest. Run from a checkout, pytest loads that file itself; installed (``pip install .``), the
+packages go to site-packages and this module loads the installed copy of it instead. Either way
+it loads once: this module steps aside when pytest has already loaded a ``conftest.py`` that is
+detconf's plugin (it says so with ``DETCONF_SUITE_PLUGIN``), e.g. ``python -m pytest conformance``
+in a checkout with detconf also installed.
 """
 from __future__ import annotations
 

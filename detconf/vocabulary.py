@@ -22,6 +22,16 @@ MODE_CALLS: dict[str, str] = {
     "off": "torch.use_deterministic_algorithms(False)",
 }
 MODES = tuple(MODE_CALLS)
+#: The two flags each mode sets: (enabled, warn_only) of ``torch.use_deterministic_algorithms``.
+MODE_FLAGS: dict[str, tuple[bool, bool]] = {"error": (True, False), "warn_only": (True, True), "off": (False, False)}
+
+
+def debug_level(enabled: bool, warn_only: bool) -> int:
+    """The debug mode the two flags make (``torch.get_deterministic_debug_mode``): 0 off, 1 warn,
+    2 error."""
+    return (1 if warn_only else 2) if enabled else 0
+
+
 DEFAULT_MODES = ("error", "warn_only")
 #: Modes in which determinism is on.
 DETERMINISTIC_MODES = ("error", "warn_only")
@@ -34,7 +44,8 @@ COMPILE_SETTINGS: dict[str, str] = {
     "inductor": "torch.compile(backend='inductor'): Dynamo, AOTAutograd and Inductor's generated code",
 }
 COMPILERS = tuple(COMPILE_SETTINGS)
-DEFAULT_COMPILE = ("eager",)
+#: The compile settings a run uses unless told (``--compile``), as DEFAULT_MODES for modes.
+DEFAULT_COMPILERS = ("eager",)
 
 #: Catalog sources, in matrix order. ``sweep`` runs only when asked for by name.
 SOURCES: dict[str, str] = {

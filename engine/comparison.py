@@ -16,7 +16,8 @@ Each program compares under *rules* (:class:`Rule`), declared by its recipe
 output no rule covers is judged by ``tolerance``. The rules (:data:`RULES`):
 
 - ``exact``: equal values (NaNs equal);
-- ``tolerance``: within the dtype's tolerance (:data:`TOLERANCES`), widened where a device's
+- ``tolerance``: within the dtype's tolerance (:data:`TOLERANCES`, or the device's own:
+  :attr:`engine.backends.Backend.tolerances`), widened where a device's
   float32 math mode keeps fewer mantissa bits (TF32's 10, bf16's 7: cuDNN and cuBLAS on CUDA
   by default for convolutions, by setting for matmuls) to the rounding those operands can
   take: ``(2·u_actual + 2·u_reference + u32·log2 K)·max|reference|``, with ``u`` the unit
@@ -200,6 +201,16 @@ class Precision:
     reference: str = "ieee"
     reduction: int = 1
     why: str = ""
+    #: The device's own tolerances by dtype, in place of :data:`TOLERANCES`
+    #: (:attr:`engine.backends.Backend.tolerances`).
+    tolerances: tuple[tuple[torch.dtype, tuple[float, float]], ...] = ()
+
+    def tolerance(self, dtype: torch.dtype) -> tuple[float, float]:
+        """(rtol, atol) for a result of ``dtype``: the device's own, else the default."""
+        for own, pair in self.tolerances:
+            if own == dtype:
+                return pair
+        return TOLERANCES.get(dtype, (1e-4, 1e-5))
 
     @property
     def widened(self) -> bool:
@@ -260,7 +271,7 @@ def _tolerance(label: str, a: torch.Tensor, b: torch.Tensor, precision: Precisio
         if torch.equal(a, b):
             return None
         return f"{label}: {int((a != b).sum())} of {a.numel()} values differ"
-    rtol, atol = TOLERANCES.get(a.dtype, (1e-4, 1e-5))
+    rtol, atol = precision.tolerance(a.dtype)
     scale = _finite_scale(b)
     if torch.allclose(a, b, rtol=rtol, atol=atol * max(1.0, scale), equal_nan=True):
         return None

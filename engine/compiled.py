@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 
 from detconf.vocabulary import COMPILERS
+from engine.determinism import environment
 from engine.trace import reached
 
 __all__ = ["CompileSnapshot", "Compiler", "compile_unavailable", "compiled_reach", "flushes_denormals",
@@ -44,8 +45,10 @@ __all__ = ["CompileSnapshot", "Compiler", "compile_unavailable", "compiled_reach
 CACHE_ENV_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
-def compile_unavailable(setting: str, device_type: str) -> str | None:
-    """Why ``setting`` cannot run on ``device_type`` with this torch (None: it can)."""
+def compile_unavailable(setting: str, codegen: str | None) -> str | None:
+    """Why ``setting`` cannot run with this torch on a device whose Inductor code generator is
+    ``codegen`` (:attr:`engine.backends.Backend.inductor_codegen`: ``cpp``, ``triton`` or None);
+    None: it can."""
     if setting not in COMPILERS:
         raise ValueError(f"compile setting must be one of {COMPILERS}, got {setting!r}")
     if setting == "eager":
@@ -57,11 +60,11 @@ def compile_unavailable(setting: str, device_type: str) -> str | None:
     except Exception as exc:  # noqa: BLE001 - a build without Dynamo
         return f"torch._dynamo cannot be imported: {type(exc).__name__}: {exc}"
     if setting == "inductor":
-        if device_type == "cpu":
+        if codegen == "cpp":
             compiler = os.environ.get("CXX") or next((c for c in ("g++", "c++", "clang++") if shutil.which(c)), None)
             if not compiler or not shutil.which(compiler):
                 return "Inductor's C++ backend needs a C++ compiler and none was found (CXX, g++, c++, clang++)"
-        elif device_type in ("cuda", "xpu"):
+        elif codegen == "triton":
             try:
                 from torch.utils._triton import has_triton
             except Exception:  # noqa: BLE001
@@ -89,17 +92,10 @@ def is_compile_failure(exc: BaseException) -> bool:
 def private_cache(prefix: str = "detconf-compile-") -> Iterator[str]:
     """A fresh folder for compiled artefacts, named in :data:`CACHE_ENV_VARS` while the body runs."""
     folder = tempfile.mkdtemp(prefix=prefix)
-    saved = {name: os.environ.get(name) for name in CACHE_ENV_VARS}
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")
     try:
-        yield folder
+        with environment({"TORCHINDUCTOR_CACHE_DIR": folder, "TRITON_CACHE_DIR": os.path.join(folder, "triton")}):
+            yield folder
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -34,11 +34,12 @@ from typing import Any, Iterator
 import torch
 
 from detconf.gc_pause import gc_paused
-from detconf.vocabulary import DETERMINISTIC_MODES, MODES
+from detconf.vocabulary import DETERMINISTIC_MODES, MODE_FLAGS, MODES, debug_level
 from engine import mathmode
 
 __all__ = ["GUARDED_ENV_VARS", "MATH_MODE_PREFIX", "GlobalState", "apply_mode", "capture_state", "current_state",
-           "deterministic_mode", "mode_is_on", "preserved_global_state", "preserved_rng", "restore_state"]
+           "deterministic_mode", "environment", "import_effects_undone", "mode_is_on", "preserved_global_state",
+           "preserved_python_rng", "preserved_rng", "restore_state"]
 
 # Environment variables the suite (CUBLAS_WORKSPACE_CONFIG, per the reproducibility
 # notes) or torch itself (see torch/_inductor/fx_passes/numeric_utils.py) may set.
@@ -46,7 +47,8 @@ GUARDED_ENV_VARS = ("CUBLAS_WORKSPACE_CONFIG", "TORCHINDUCTOR_DETERMINISTIC")
 #: How :meth:`GlobalState.summary` names a math setting: ``math_mode.cudnn.allow_tf32``.
 MATH_MODE_PREFIX = "math_mode."
 
-_MISSING = object()
+#: Inductor's config has no ``deterministic`` setting (or this torch has no Inductor).
+_NO_SETTING = object()
 
 
 _INDUCTOR_CONFIG = "torch._inductor.config"
@@ -75,12 +77,6 @@ def _get_fill() -> bool | None:
 
 def _set_fill(value: bool) -> None:
     torch._C._set_deterministic_fill_uninitialized_memory(value)
-
-
-def _debug_mode(deterministic: bool, warn_only: bool) -> int:
-    """The debug mode is the same setting as the two flags (``torch.get_deterministic_debug_mode``
-    derives it from them): 0 off, 1 warn, 2 error."""
-    return (1 if warn_only else 2) if deterministic else 0
 
 
 def _cudnn_flags() -> tuple[bool, bool]:
@@ -119,7 +115,7 @@ class GlobalState:
             "fill_uninitialized_memory": self.fill_uninitialized_memory,
             "cudnn_deterministic": self.cudnn_deterministic,
             "cudnn_benchmark": self.cudnn_benchmark,
-            "inductor_deterministic": None if inductor is _MISSING else repr(inductor),
+            "inductor_deterministic": None if inductor is _NO_SETTING else repr(inductor),
             "env": dict(self.env),
         }
         for key, value in self.math_mode.items():
@@ -148,31 +144,33 @@ def capture_state(*, rng: bool = False, python_rng: bool = True) -> GlobalState:
     state = GlobalState(
         deterministic=deterministic,
         warn_only=warn_only,
-        debug_mode=_debug_mode(deterministic, warn_only),
+        # The debug mode is the same setting as the two flags (torch derives it from them).
+        debug_mode=debug_level(deterministic, warn_only),
         fill_uninitialized_memory=_get_fill(),
         cudnn_deterministic=cudnn_deterministic,
         cudnn_benchmark=cudnn_benchmark,
-        inductor_deterministic=_MISSING if inductor is None else getattr(inductor, "deterministic", _MISSING),
+        inductor_deterministic=_NO_SETTING if inductor is None else getattr(inductor, "deterministic", _NO_SETTING),
         env={name: os.environ.get(name) for name in GUARDED_ENV_VARS},
         math_mode=mathmode.capture(),
     )
     if rng:
         state.rng["torch"] = torch.default_generator.get_state()
     if rng and python_rng:
-        state.rng["random"] = random.getstate()
-        numpy = sys.modules.get("numpy")
-        if numpy is not None:
-            state.rng["numpy"] = numpy.random.get_state()
+        state.rng.update(_python_rng())
     if rng:
         if torch.cuda.is_available():
             # Initialise CUDA now: a seed queued lazily for an uninitialised CUDA
             # would otherwise land in its generators after we restored ours.
             torch.cuda.init()
-            state.rng["cuda"] = torch.cuda.get_rng_state_all()
+            state.rng["torch.cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 current_state = capture_state
+
+
+#: The module global of ``torch.backends`` that ``flags_frozen()`` reads.
+_FLAG_GLOBAL = "__allow_nonbracketed_mutation_flag"
 
 
 @contextlib.contextmanager
@@ -188,14 +186,13 @@ def _flags_unfrozen() -> Iterator[None]:
     if frozen is None or not frozen():
         yield
         return
-    name = "__allow_nonbracketed_mutation_flag"
     namespace = frozen.__globals__
-    before = namespace.get(name, True)
-    namespace[name] = True
+    before = namespace.get(_FLAG_GLOBAL, True)
+    namespace[_FLAG_GLOBAL] = True
     try:
         yield
     finally:
-        namespace[name] = before
+        namespace[_FLAG_GLOBAL] = before
 
 
 def set_cudnn(*, deterministic: bool | None = None, benchmark: bool | None = None) -> None:
@@ -219,18 +216,12 @@ def restore_state(state: GlobalState) -> None:
         set_cudnn(deterministic=state.cudnn_deterministic, benchmark=state.cudnn_benchmark)
     inductor = _inductor_config()
     if inductor is not None:
-        if state.inductor_deterministic is _MISSING:
+        if state.inductor_deterministic is _NO_SETTING:
             if hasattr(inductor, "deterministic"):
                 inductor.deterministic = os.getenv("TORCHINDUCTOR_DETERMINISTIC") == "1"
-        elif getattr(inductor, "deterministic", _MISSING) is not state.inductor_deterministic:
+        elif getattr(inductor, "deterministic", _NO_SETTING) is not state.inductor_deterministic:
             inductor.deterministic = state.inductor_deterministic
-    for name, value in state.env.items():
-        if os.environ.get(name) == value:
-            continue
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    _put_env(state.env)
     if state.math_mode:
         mathmode.restore(state.math_mode)
     _restore_rng(state)
@@ -239,12 +230,89 @@ def restore_state(state: GlobalState) -> None:
 def _restore_rng(state: GlobalState) -> None:
     if "torch" in state.rng:
         torch.default_generator.set_state(state.rng["torch"])
-    if "random" in state.rng:
-        random.setstate(state.rng["random"])
-    if "numpy" in state.rng:
-        sys.modules["numpy"].random.set_state(state.rng["numpy"])
-    if "cuda" in state.rng:
-        torch.cuda.set_rng_state_all(state.rng["cuda"])
+    _put_python_rng(state.rng)
+    if "torch.cuda" in state.rng:
+        torch.cuda.set_rng_state_all(state.rng["torch.cuda"])
+
+
+def _python_rng() -> dict[str, Any]:
+    """The states of ``random`` and (if imported) NumPy's legacy generator."""
+    out: dict[str, Any] = {"random": random.getstate()}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        out["numpy"] = numpy.random.get_state()
+    return out
+
+
+def _put_python_rng(saved: dict[str, Any]) -> None:
+    if "random" in saved:
+        random.setstate(saved["random"])
+    if "numpy" in saved:
+        sys.modules["numpy"].random.set_state(saved["numpy"])
+
+
+def _put_env(values: dict[str, str | None]) -> None:
+    """Set each variable as ``values`` has it (None: unset); one already so is not written."""
+    for name, value in values.items():
+        if os.environ.get(name) == value:
+            continue
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str | None]) -> Iterator[None]:
+    """Set environment variables (None: unset) for the body; put them back as they were after."""
+    saved = {name: os.environ.get(name) for name in values}
+    _put_env(values)
+    try:
+        yield
+    finally:
+        _put_env(saved)
+
+
+@contextlib.contextmanager
+def preserved_python_rng() -> Iterator[None]:
+    """Put the generators of ``random`` and NumPy back after the body (torch's are
+    ``torch.random.fork_rng``'s or :func:`preserved_rng`'s business)."""
+    saved = _python_rng()
+    try:
+        yield
+    finally:
+        _put_python_rng(saved)
+
+
+@contextlib.contextmanager
+def import_effects_undone() -> Iterator[None]:
+    """Undo what importing torch's testing package does to the process: it parses ``sys.argv``
+    (the body sees the program name alone), reseeds every generator, freezes the
+    ``torch.backends`` flags (the guard assigns cuDNN flags) and adds warning filters."""
+    import warnings
+
+    saved_argv = sys.argv
+    saved_filters = list(warnings.filters)
+    frozen = getattr(torch.backends, "flags_frozen", None)
+    # flags_frozen() reads a module global; torch.backends may be a module wrapper, so reach the
+    # global through the function.
+    namespace = frozen.__globals__ if frozen is not None else {}
+    allowed_before = namespace.get(_FLAG_GLOBAL, True)
+    try:
+        import numpy  # noqa: F401 - the package imports it and reseeds it: its state is kept too
+    except ImportError:
+        pass
+    saved_torch, saved_python = torch.get_rng_state(), _python_rng()
+    sys.argv = saved_argv[:1] if saved_argv else ["detconf"]
+    try:
+        yield
+    finally:
+        sys.argv = saved_argv
+        warnings.filters[:] = saved_filters
+        torch.set_rng_state(saved_torch)
+        _put_python_rng(saved_python)
+        if frozen is not None:
+            namespace[_FLAG_GLOBAL] = allowed_before
 
 
 class _Guard:
@@ -307,10 +375,8 @@ def apply_mode(mode: str) -> None:
     """Put the deterministic flag where ``mode`` says, through the public API."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if mode == "off":
-        torch.use_deterministic_algorithms(False)
-    else:
-        torch.use_deterministic_algorithms(True, warn_only=(mode == "warn_only"))
+    enabled, warn_only = MODE_FLAGS[mode]
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
 def mode_is_on(mode: str) -> bool:

@@ -1,12 +1,10 @@
-"""The backend contract: what the suite needs to know about a device type.
+"""The built-in backends, and device names resolved to backends.
 
-A backend says whether it is available, how to synchronize, and describes
-itself (device name, driver / runtime versions). ``isolate_modes`` is a
-capability flag: where the determinism flag sticks per thread (Ascend NPU),
-each mode must run in a fresh process. A backend may have several devices
-(``device_count``); a worker is given one of them (``index``, see
-:mod:`engine.fleet`). ``profile`` optionally names a vendor's own catalog
-(:class:`VendorProfile`).
+The contract itself (:class:`~engine.backends.Backend`, :class:`~engine.backends.VendorProfile`)
+is :mod:`engine.backends`'s, re-exported here. This is the one module that knows devices by
+name: each built-in backend carries its device's facts as fields (available or why not, host
+or not, the environment it reads once, what Inductor compiles it with, its math mode, its
+comparison tolerances, its vendor profile), and the rest of the suite reads those fields.
 
 Every backend, built-in or not, is loaded by :mod:`engine.backends` from the
 ``detconf.backends`` entry point group; the built-in ones are the functions
@@ -16,129 +14,19 @@ contract in full.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import platform
-import contextlib
-from dataclasses import dataclass, field, replace
-from typing import Callable, ContextManager
+import functools
+from dataclasses import replace
+from typing import Callable
 
 import torch
 
-KNOWN_DEVICES = ("cpu", "cuda", "mps", "npu")
+from engine.backends import BUILTIN_DEVICES, Backend, BackendError, UnknownDevice, VendorProfile, load_backends
 
-
-class UnknownDevice(ValueError):
-    """A device name that no backend knows (one-line message)."""
-
-
-@dataclass(frozen=True)
-class VendorProfile:
-    """A vendor's own catalog, run as source ``vendor`` on the backend's devices: ``data`` is an
-    entries file in the Ascend list's format (conformance/data/schemas/), ``recipes`` the modules
-    whose ``@recipe`` functions cover those entries (imported before the cases run)."""
-
-    data: str
-    recipes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Backend:
-    """What a backend provides. Only ``name`` and ``available`` are required."""
-
-    name: str
-    available: Callable[[], bool]
-    synchronize: Callable[[], None] = lambda: None
-    device_name: Callable[[], str] = lambda: ""
-    versions: Callable[[], dict] = dict
-    isolate_modes: bool = False
-    notes: tuple[str, ...] = field(default_factory=tuple)
-    #: How many devices of this type this process sees (after CUDA_VISIBLE_DEVICES and the like).
-    device_count: Callable[[], int] = lambda: 1
-    #: The model of device ``i`` (two devices of one model are compared with each other); default:
-    #: ``device_name()`` for every device.
-    device_model: Callable[[int], str] | None = None
-    #: Bytes free on device ``i`` now (None: unknown); with ``worker_memory`` it caps the workers.
-    free_memory: Callable[[int], int | None] | None = None
-    #: Bytes one test worker needs on a device (None: no cap); ``--worker-memory`` overrides it.
-    worker_memory: int | None = None
-    #: The ``torch.device`` of device ``i`` (default ``torch.device(name, i)``).
-    torch_device_for: Callable[[int], torch.device] | None = None
-    #: A context around each case on device ``i`` (e.g. make it the current device).
-    activate: Callable[[int], ContextManager] | None = None
-    profile: VendorProfile | None = None
-    #: The device this process uses (set by :meth:`on`); None: the backend's default device.
-    index: int | None = None
-    #: Where the backend came from: ``built-in`` or the distribution that provides it.
-    origin: str = "built-in"
-    #: A built-in fallback that yields to a backend of the same name from a distribution.
-    fallback: bool = False
-    #: Is the device the host (the CPU)? Its results need no CPU reference. None: ``name == "cpu"``.
-    host: bool | None = None
-    #: The effective float32 precision (``ieee``, ``tf32``, ``bf16``) of an operator family
-    #: (``conv``, ``matmul``) on this device now. None: :func:`engine.mathmode.float32_precision`
-    #: reads torch's settings for the device type.
-    math_precision: Callable[[str], str] | None = None
-    #: A context in which the harness computes a host (CPU) reference while a case runs on this
-    #: device: a device emulated on the host leaves its emulation there. None: nothing to leave.
-    host_context: Callable[[], ContextManager] | None = None
-
-    def on(self, index: int | None) -> "Backend":
-        """This backend bound to device ``index``."""
-        return replace(self, index=index)
-
-    def torch_device(self) -> torch.device:
-        if self.torch_device_for is not None:
-            return self.torch_device_for(self.index or 0)
-        return torch.device(self.name) if self.index is None else torch.device(self.name, self.index)
-
-    def count(self) -> int:
-        """``device_count()``, at least 1 for an available backend; 0 when it cannot say."""
-        try:
-            return max(0, int(self.device_count()))
-        except Exception:  # noqa: BLE001 - a broken driver counts no devices
-            return 0
-
-    @property
-    def is_host(self) -> bool:
-        return self.name == "cpu" if self.host is None else bool(self.host)
-
-    def float32_precision(self, family: str) -> str:
-        """The effective float32 precision of ``family`` operators on this device."""
-        if self.math_precision is not None:
-            return str(self.math_precision(family))
-        from engine import mathmode
-
-        return mathmode.float32_precision(self.name, family)
-
-    def on_host(self) -> ContextManager:
-        """The context of a host reference computed while a case runs here."""
-        return self.host_context() if self.host_context is not None else contextlib.nullcontext()
-
-    def model(self, index: int) -> str:
-        fn = self.device_model or (lambda i: self.device_name())
-        return str(fn(index))
-
-    def active(self) -> ContextManager:
-        """The context a case runs in on this backend's device."""
-        if self.activate is None or self.index is None:
-            return contextlib.nullcontext()
-        return self.activate(self.index)
-
-    def describe(self) -> dict:
-        """JSON-safe description for the report header and the run record."""
-        info = {"device": self.name, "available": False, "device_name": "", "versions": {},
-                "isolate_modes": self.isolate_modes, "origin": self.origin}
-        try:
-            info["available"] = bool(self.available())
-            if info["available"]:
-                info["device_name"] = self.device_name()
-                info["versions"] = self.versions()
-                info["device_count"] = self.count()
-                if self.index is not None:
-                    info["device_index"] = self.index
-        except Exception as exc:  # noqa: BLE001 - a broken driver is reported, not fatal
-            info["error"] = f"{type(exc).__name__}: {exc}"
-        return info
+__all__ = ["Backend", "BackendError", "UnknownDevice", "VendorProfile", "available_devices", "backends",
+           "backend_for", "inductor_codegen", "resolve_devices", "unavailable_reason"]
 
 
 def _cpu_name() -> str:
@@ -158,6 +46,23 @@ def _cpu_versions() -> dict:
     return {"mkldnn": torch.backends.mkldnn.is_available(), "openmp": torch.backends.openmp.is_available()}
 
 
+@functools.lru_cache(maxsize=1)
+def _nvidia_smi_driver() -> str | None:
+    """The driver version as ``nvidia-smi`` says it, asked once per process: torch releases
+    without ``torch.cuda.driver_version`` would otherwise start it for every case's
+    description (319 times, 7.8 s, in one run of the documented sources on an H100)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        if out.returncode == 0:
+            return out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        pass
+    return None
+
+
 def _cuda_versions() -> dict:
     versions = {"cuda_runtime": torch.version.cuda, "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None}
     if getattr(torch.version, "hip", None):
@@ -175,17 +80,9 @@ def _cuda_versions() -> dict:
     except Exception:  # noqa: BLE001
         pass
     if "driver" not in versions:
-        try:
-            import subprocess
-
-            out = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=10,
-            )
-            if out.returncode == 0:
-                versions["driver"] = out.stdout.strip().splitlines()[0]
-        except (OSError, subprocess.SubprocessError, IndexError):
-            pass
+        driver = _nvidia_smi_driver()
+        if driver:
+            versions["driver"] = driver
     return versions
 
 
@@ -215,7 +112,7 @@ def _privateuse1_name() -> str | None:
         name = torch._C._get_privateuse1_backend_name()
     except Exception:  # noqa: BLE001
         return None
-    return None if name in ("privateuseone", "npu") else name
+    return None if name == "privateuseone" or name in BUILTIN_DEVICES else name
 
 
 # Runtimes that can describe a PrivateUse1 device its own module does not describe: the
@@ -322,9 +219,53 @@ def _cuda_free(index: int) -> int:
     return int(torch.cuda.mem_get_info(index)[0])
 
 
+def _cuda_unavailable() -> str:
+    if not torch.version.cuda and not getattr(torch.version, "hip", None):
+        return f"this torch ({torch.__version__}) is built without CUDA"
+    return "torch.cuda.is_available() is False (no GPU visible, or no driver)"
+
+
+def _npu_unavailable() -> str:
+    if importlib.util.find_spec("torch_npu") is None:
+        return "torch_npu is not installed"
+    return "torch.npu.is_available() is False"
+
+
+def unavailable_reason(backend: Backend | str, info: dict) -> str:
+    """Why a backend (or the backend of that name) is not available, in one line: the error its
+    description met (``info``: :meth:`Backend.describe`), else its own reason
+    (:attr:`Backend.why_unavailable`), else that ``torch.<name>.is_available()`` is False."""
+    if info.get("error"):
+        return info["error"]
+    if isinstance(backend, str):
+        name = backend
+        try:
+            backend = backends().get(name)
+        except UnknownDevice:  # a broken entry point: the generic sentence
+            backend = None
+    else:
+        name = backend.name
+    if backend is not None and backend.why_unavailable is not None:
+        return backend.why_unavailable()
+    return f"torch.{name}.is_available() is False"
+
+
+def backend_for(device_type: str) -> Backend | None:
+    """The backend of ``device_type`` (a built-in one without scanning the entry points; None for
+    a name no backend has), for code that holds a ``torch.device`` rather than a backend."""
+    maker = _BUILT_IN.get(device_type)
+    return maker() if maker is not None else backends().get(device_type)
+
+
+def inductor_codegen(device_type: str) -> str | None:
+    """What Inductor generates code with on ``device_type`` (:attr:`Backend.inductor_codegen`)."""
+    backend = backend_for(device_type)
+    return None if backend is None else backend.inductor_codegen
+
+
 def cpu_backend() -> Backend:
     return Backend("cpu", available=lambda: True, device_name=_cpu_name, versions=_cpu_versions,
-                   torch_device_for=lambda index: torch.device("cpu"))
+                   torch_device_for=lambda index: torch.device("cpu"), inductor_codegen="cpp")
 
 
 def cuda_backend() -> Backend:
@@ -339,6 +280,12 @@ def cuda_backend() -> Backend:
         free_memory=_cuda_free,
         worker_memory=2 * 2**30,
         activate=lambda index: torch.cuda.device(index),
+        why_unavailable=_cuda_unavailable,
+        # The reproducibility notes' old cuBLAS promise: a raise *without* the variable, which
+        # cuBLAS reads once per process (the plugin sets it for everything else).
+        unset_for_qualifier=(("no-cublas-workspace-config", "CUBLAS_WORKSPACE_CONFIG"),),
+        environment=(("CUBLAS_WORKSPACE_CONFIG", ":4096:8"),),
+        inductor_codegen="triton",
     )
 
 
@@ -350,7 +297,14 @@ def mps_backend() -> Backend:
         device_name=lambda: "Apple MPS",
         versions=lambda: {"macos": platform.mac_ver()[0]},
         torch_device_for=lambda index: torch.device("mps"),
+        why_unavailable=lambda: "torch.backends.mps.is_available() is False (needs Apple silicon with macOS 12.3 or later)",
     )
+
+
+#: The Ascend NPU deterministic-computation list: the built-in NPU backend's vendor profile, read
+#: like any vendor's (source ``ascend``); the list and its recipes ship with detconf.
+ASCEND_PROFILE = VendorProfile(data="conformance:data/ascend.json", recipes=("conformance.recipes_ascend",),
+                               source="ascend")
 
 
 def npu_backend() -> Backend:
@@ -367,14 +321,21 @@ def npu_backend() -> Backend:
         device_count=lambda: torch.npu.device_count(),
         device_model=lambda index: torch.npu.get_device_name(index),
         activate=lambda index: torch.npu.device(index),
+        why_unavailable=_npu_unavailable,
+        profile=ASCEND_PROFILE,
     )
+
+
+#: The built-in backends of fixed names (:func:`backend_for`).
+_BUILT_IN: dict[str, Callable[[], Backend]] = {"cpu": cpu_backend, "cuda": cuda_backend, "mps": mps_backend,
+                                               "npu": npu_backend}
 
 
 def privateuse1_backends() -> list[Backend]:
     """The generic PrivateUse1 backend under its registered name (none when nothing renamed it);
     a distribution's backend of the same name takes its place."""
     extra = _privateuse1_name()
-    if not extra or extra in ("cpu", "cuda", "mps", "npu"):
+    if not extra:
         return []
     return [replace(_privateuse1_backend(extra), fallback=True)]
 
@@ -383,8 +344,6 @@ def backends() -> dict[str, Backend]:
     """Every backend this process knows, available or not: the built-in ones and those that
     installed distributions declare (entry point group ``detconf.backends``). A broken or
     conflicting entry point raises :class:`engine.backends.BackendError` (one line)."""
-    from engine.backends import load_backends
-
     return load_backends()
 
 

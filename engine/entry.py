@@ -16,11 +16,6 @@ from detconf.vocabulary import PROMISES as _PROMISE_MEANINGS
 # "behaves": a documented behaviour of the flag API or the reproducibility notes holds.
 PROMISES = tuple(_PROMISE_MEANINGS)
 
-# Condition tags that the docs express in words. Keep them short: they end up
-# in test ids and matrix rows.
-FLAG_FIELDS = ("indices_output", "weights_given", "quantized", "sparse_dense")
-
-
 class CatalogError(ValueError):
     """A malformed or inconsistent catalog entry (one-line message)."""
 

@@ -214,6 +214,3 @@ def has_recipe(op: str) -> bool:
         return False
     return True
 
-
-def registered_ops() -> list[str]:
-    return sorted(_RECIPES)

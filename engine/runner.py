@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import os
 import re
 import warnings
@@ -27,8 +26,10 @@ from collections import Counter
 
 from detconf.vocabulary import PHASES
 from engine import comparison
+from engine.backends import HOST
 from engine.compiled import CompileSnapshot, Compiler, compiled_reach, is_compile_failure
 from engine.determinism import apply_mode, deterministic_mode
+from engine.fingerprint import sha256
 from engine.observation import Observation
 from engine.program import Program
 from engine.trace import DispatchTrace, OpFailure, reached, top_ops
@@ -180,7 +181,7 @@ def backend_gap(exc: BaseException, failure: OpFailure | None) -> str | None:
         return None
     if failure.cpu_replay != "ok" and not failure.cpu_replay.startswith("copy to cpu failed"):
         return None
-    devices = ", ".join(d for d in failure.devices if d != "cpu")
+    devices = ", ".join(d for d in failure.devices if d != HOST)
     text = f"{type(failure.exc).__name__}: {failure.exc}".strip().splitlines()[0][:3 * 10**2]
     where = "the same call runs on cpu" if failure.cpu_replay == "ok" else failure.cpu_replay
     return f"{failure.op} fails on {devices} ({where}): {text}"
@@ -274,7 +275,7 @@ def _generators(program: Program) -> list[Callable[[], torch.Tensor]]:
     readers: list[Callable[[], torch.Tensor]] = [torch.default_generator.get_state]
     seen = set()
     for t in program.inputs.values():
-        if isinstance(t, torch.Tensor) and t.device.type != "cpu" and t.device not in seen:
+        if isinstance(t, torch.Tensor) and t.device.type != HOST and t.device not in seen:
             seen.add(t.device)
             module = getattr(torch, t.device.type, None)
             get = getattr(module, "get_rng_state", None)
@@ -295,7 +296,7 @@ def _states(readers: list[Callable[[], torch.Tensor]]) -> list[torch.Tensor | No
 
 def _off_cpu(program: Program) -> bool:
     """Does any input of ``program`` live on a device other than the CPU?"""
-    return any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in program.inputs.values())
+    return any(isinstance(t, torch.Tensor) and t.device.type != HOST for t in program.inputs.values())
 
 
 def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | None = None,
@@ -397,11 +398,8 @@ def compare_runs(first: RunRecord, other: RunRecord) -> tuple[bool, str | None, 
 
 
 def fingerprint(record: RunRecord) -> str:
-    h = hashlib.sha256()
-    for label, t in zip(record.labels, record.outputs):
-        h.update(label.encode())
-        h.update(t.numpy().tobytes())
-    return h.hexdigest()
+    """The SHA-256 of a run's outputs: each label, then its bytes (``outputs`` are byte views)."""
+    return sha256(chunk for label, t in zip(record.labels, record.outputs) for chunk in (label, t.numpy().tobytes()))
 
 
 def observe(
@@ -569,8 +567,7 @@ def eager_reach(program: Program, mode: str, targets: tuple[str, ...], *, phase:
 
 # Differential correctness ---------------------------------------------------
 # Deterministic but wrong is a failure too; how a result is compared with a reference is
-# engine.comparison's (TOLERANCES by dtype; rules per program).
-TOLERANCES = comparison.TOLERANCES
+# engine.comparison's (tolerances by dtype and device; rules per program).
 # Operators that draw from a random generator, named in the evidence of a random program.
 _RANDOM_OPS = re.compile(r"aten\.(?:rand|randn|randint|randperm|bernoulli|normal|uniform|exponential|cauchy|"
                          r"log_normal|geometric|random_|multinomial|native_dropout|rrelu_with_noise|poisson|"

@@ -19,6 +19,8 @@ from typing import Iterable, Mapping
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from engine.backends import HOST
+
 __all__ = ["DispatchTrace", "OpFailure", "Targets", "TargetError", "matches", "reached", "top_ops"]
 
 
@@ -39,7 +41,7 @@ class OpFailure:
 
     @property
     def off_cpu(self) -> bool:
-        return any(d != "cpu" for d in self.devices)
+        return any(d != HOST for d in self.devices)
 
 
 def _devices_of(args, kwargs) -> tuple[str, ...]:
@@ -68,7 +70,7 @@ def _on_cpu(value):
     import torch
 
     if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu") if value.device.type != "cpu" else value.detach().clone()
+        return value.detach().to("cpu") if value.device.type != HOST else value.detach().clone()
     if isinstance(value, torch.device):
         return torch.device("cpu")
     if isinstance(value, (list, tuple)):
@@ -138,7 +140,7 @@ class DispatchTrace(TorchDispatchMode):
             return func(*args, **kwargs)
         except Exception as exc:
             devices = _devices_of(args, kwargs)
-            replay = _replay_on_cpu(func, args, kwargs) if any(d != "cpu" for d in devices) else None
+            replay = _replay_on_cpu(func, args, kwargs) if any(d != HOST for d in devices) else None
             self.failure = OpFailure(str(func), devices, exc, replay)
             raise
 

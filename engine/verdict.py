@@ -2,11 +2,10 @@
 whether an observation keeps that promise.
 
 Both functions are pure and torch-free: plain data in, a word of
-:mod:`detconf.vocabulary` out. The table they implement is GUIDE.md §3;
+:mod:`detconf.vocabulary` out. The expectations and verdicts they speak are listed, with their
+meanings, in ``docs/results-schema.md`` (sections "Expectations" and "Verdicts");
 :func:`verdict_for` is the only place a case's verdict is decided, for op
 runs, the sweep, the differential run, checks, skips and the harness's own errors.
-GUIDE.md §3 (``../shared/GUIDE.md`` in the project's working tree, not shipped with it) is the
-table in prose.
 """
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from engine.entry import Entry
 from engine.observation import Observation
 
 __all__ = ["FAILING", "PASSING", "VERDICTS", "expected_outcome", "is_listed", "observed_word", "verdict_for",
-           "with_kernels", "worst"]
+           "with_differential", "with_kernels", "worst"]
 
 
 def expected_outcome(entry: Entry, device_type: str, mode: str, *, raise_documented_elsewhere: bool = False) -> str:
@@ -82,11 +81,19 @@ def verdict_for(expected: str, obs: Observation, *, listed: bool = True) -> str:
     verdict = _op_verdict(expected, obs)
     if verdict == "nondeterministic" and not listed:
         return "undocumented-nondeterminism"
-    if verdict == "conforms" and obs.wrong_result:
-        return "wrong-result"
+    verdict = with_differential(verdict, obs.wrong_result)
     if obs.reached is False and verdict in REACH_GATED:
         return "not-reached"
     return verdict
+
+
+def with_differential(verdict: str, wrong_result: str | None) -> str:
+    """An example's verdict once its result has been compared with a reference: only a
+    conforming example is compared, and one whose result the reference contradicts
+    (``wrong_result``, what differed) is ``wrong-result``. :func:`verdict_for` applies it to
+    ``obs.wrong_result``; the harness decides an example once, then compares a conforming one
+    and applies this."""
+    return "wrong-result" if verdict == "conforms" and wrong_result else verdict
 
 
 def _op_verdict(expected: str, obs: Observation) -> str:

@@ -22,8 +22,6 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -32,13 +30,17 @@ from typing import Iterable
 
 import numpy as np
 
+from detconf.child import Child, ChildFailed
 from detconf.gc_pause import gc_paused
 from detconf.vocabulary import REPORT_FILES
 
 from reports import manifest
-from reports.load import ROW_FIELDS, load
-from reports.matrix import Matrix, png_spec, write_html, write_markdown, write_matrix_csv, write_png, write_results_csv
+from reports.load import load
+from reports.answer import answer_for
+from reports.matrix import Matrix, png_spec, write_markdown, write_matrix_csv, write_png, write_results_csv
 from reports.output import OutputError, check_out_dir, check_targets
+from reports.page import write_html
+from reports.records import ROW_FIELDS
 from reports.safe import unicode_text
 from reports.summary import summary_data
 
@@ -108,7 +110,7 @@ def build(paths: Iterable[str | os.PathLike] | str | os.PathLike, out_dir: str |
           own_folder: bool = False) -> BuildResult:
     """Merge results files and write the matrix (CSV, Markdown, HTML, PNG) and summary.json.
 
-    Raises :class:`reports.load.ResultsError` for bad input, before touching ``out_dir``.
+    Raises :class:`reports.records.ResultsError` for bad input, before touching ``out_dir``.
     ``own_folder``: ``out_dir`` is a run's report folder, which must hold only what the builder
     wrote there from the same results files (:func:`reports.manifest.folder_problem`).
     """
@@ -177,33 +179,26 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 
 
 class _Helper:
-    """``MODULE.main(ARGS)`` in a Python process of its own, running beside the build (this
-    checkout's ``reports`` first on its path, whatever the working folder holds); ``result()``
-    is what it printed. An ``OSError`` there (a file it cannot read or write) exits with status 3
-    and its reason, which ``result()`` raises here as an ``OSError``."""
+    """``MODULE.main(ARGS)`` in a Python process of its own (:mod:`detconf.child`), running beside
+    the build (``_PACKAGE_ROOT``'s ``reports`` first on its path, whatever the working folder holds);
+    ``result()`` is what it printed. An ``OSError`` there (a file it cannot read or write) is
+    raised here as an ``OSError`` with its reason."""
 
     def __init__(self, module: str, *args: str):
-        code = (f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r})\n"
-                f"from {module} import main\n"
-                "try:\n    main(sys.argv[1:])\n"
-                "except OSError as exc:\n    print(exc.strerror or exc, file=sys.stderr); sys.exit(3)\n")
         self.module = module
-        self.proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        self.child = Child(f"{module}:main", list(args), path=(_PACKAGE_ROOT,))
 
     def result(self) -> str:
-        out, err = self.proc.communicate()
-        reason = " ".join((err.strip().splitlines() or [f"exit status {self.proc.returncode}"])[-1].split())
-        if self.proc.returncode == 3:
-            raise OSError(reason)
-        if self.proc.returncode:
-            raise RuntimeError(f"{self.module}: {reason}")
-        return out.strip()
+        try:
+            self.child.result()
+        except ChildFailed as exc:
+            if exc.os_error:
+                raise OSError(exc.reason) from None
+            raise RuntimeError(f"{self.module}: {exc.reason}") from None
+        return self.child.printed.strip()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.communicate()
+        self.child.stop()
 
 
 def _start_helpers(matrix: Matrix, results, tmp: Path) -> tuple[_Helper | None, _Helper | None]:
@@ -235,9 +230,10 @@ def _write(matrix: Matrix, results, tmp: Path, lap) -> dict:
             try:
                 write_matrix_csv(matrix, tmp)
                 lap("matrix.csv")
-                write_markdown(matrix, results, tmp)
+                answer = answer_for(matrix, results)
+                write_markdown(matrix, results, tmp, answer)
                 lap("markdown")
-                write_html(matrix, results, tmp)
+                write_html(matrix, results, tmp, answer)
                 lap("html")
                 if picture is None:
                     write_png(matrix, tmp)

@@ -69,7 +69,7 @@ def test_the_built_in_backends_are_the_entry_points_detconf_declares():
         assert table[name].origin == loader.BUILTIN_ORIGIN
     assert table["cpu"].describe()["available"] is True
     # The callers' view is unchanged: names, resolution, availability.
-    assert set(devices.KNOWN_DEVICES) <= set(table)
+    assert loader.BUILTIN_DEVICES == ("cpu", "cuda", "mps", "npu") and set(loader.BUILTIN_DEVICES) <= set(table)
     assert devices.resolve_devices(["cpu"])[0].name == "cpu"
     assert "cpu" in devices.available_devices()
 
@@ -217,3 +217,168 @@ def test_the_device_to_device_check_is_only_for_bytes_the_docs_promise(expected,
 
     obs = Observation(runs=2, warned_runs=warned, raised_runs=2 if raised else 0)
     assert _promised_deterministic(expected, obs) is compared
+
+
+# ---------------------------------------------------------------------------
+# Device facts are backend fields: each decides something, and a changed field changes it.
+
+
+def test_why_a_device_is_unavailable_is_its_backends_own_sentence():
+    table = devices.backends()
+    if not torch.version.cuda and not getattr(torch.version, "hip", None):
+        assert devices.unavailable_reason(table["cuda"], {}) == f"this torch ({torch.__version__}) is built without CUDA"
+    assert devices.unavailable_reason("mps", {}).startswith("torch.backends.mps.is_available() is False")
+    assert devices.unavailable_reason("nosuchdev", {}) == "torch.nosuchdev.is_available() is False"
+    # The error the description met comes first; a backend without a reason of its own gets the
+    # generic sentence, and one with a reason gets that reason (the field decides).
+    assert devices.unavailable_reason(table["npu"], {"error": "RuntimeError: driver"}) == "RuntimeError: driver"
+    plain = Backend("acme", available=lambda: False)
+    assert devices.unavailable_reason(plain, {}) == "torch.acme.is_available() is False"
+    planted = Backend("acme", available=lambda: False, why_unavailable=lambda: "the acme card is asleep")
+    assert devices.unavailable_reason(planted, {}) == "the acme card is asleep"
+
+
+def test_an_entry_runs_without_the_variables_its_device_reads_once():
+    from dataclasses import replace
+
+    cuda, cpu = devices.backend_for("cuda"), devices.backend_for("cpu")
+    assert cuda.env_to_unset(("no-cublas-workspace-config",)) == ("CUBLAS_WORKSPACE_CONFIG",)
+    assert cuda.env_to_unset(("sparse-dense",)) == () and cpu.env_to_unset(("no-cublas-workspace-config",)) == ()
+    planted = replace(cpu, unset_for_qualifier=(("no-cublas-workspace-config", "CUBLAS_WORKSPACE_CONFIG"),))
+    assert planted.env_to_unset(("no-cublas-workspace-config",)) == ("CUBLAS_WORKSPACE_CONFIG",)
+    assert dict(cuda.environment) == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"} and cpu.environment == ()
+
+
+def test_the_test_module_decides_isolation_from_the_backend_not_the_name():
+    source = (ROOT / "conformance" / "test_documented.py").read_text(encoding="utf-8")
+    assert "env_to_unset(case.entry.qualifiers)" in source and '"cuda"' not in source
+
+
+def test_inductors_code_generator_is_a_backend_fact(monkeypatch):
+    from engine.compiled import compile_unavailable
+
+    assert (devices.inductor_codegen("cpu"), devices.inductor_codegen("cuda"), devices.inductor_codegen("mps")) == \
+        ("cpp", "triton", None)
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    assert "C++ compiler" in compile_unavailable("inductor", "cpp")
+    assert compile_unavailable("inductor", None) is None  # nothing to check first: the compile itself answers
+
+
+def test_comparison_tolerances_are_the_devices_own_where_it_has_them():
+    from types import SimpleNamespace
+
+    from conformance import harness
+    from engine import comparison
+
+    ref = [("out", torch.tensor([1.0, 2.0]))]
+    near = [("out", torch.tensor([1.0, 2.0 + 2e-6]))]
+    assert comparison.compare(near, ref) is None  # within float32's default tolerance
+    strict = Backend("acme", available=lambda: True, host=True, tolerances=((torch.float32, (0.0, 0.0)),))
+    outcome, prog = SimpleNamespace(ops=frozenset()), SimpleNamespace(inputs={"x": torch.zeros(2)})
+    precision = harness._precision(strict, outcome, prog, None)
+    assert precision.tolerances == strict.tolerances
+    assert "beyond rtol=0.0, atol=0.0" in comparison.compare(near, ref, precision=precision)
+    default = harness._precision(devices.backend_for("cpu"), outcome, prog, None)
+    assert default.tolerance(torch.float32) == comparison.TOLERANCES[torch.float32]
+
+
+def test_the_host_is_a_backend_fact_and_the_host_type_is_named_once():
+    assert devices.backend_for("cpu").is_host and not devices.backend_for("cuda").is_host
+    assert Backend("acme", available=lambda: True, host=True).is_host
+    assert loader.HOST == "cpu"
+
+
+def _imports(path: Path) -> set[str]:
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return found
+
+
+@pytest.mark.parametrize("module, other", [("engine/backends.py", "engine.devices"),
+                                           ("conformance/catalog.py", "conformance.checks")])
+def test_no_import_circle_between_the_contract_and_its_users(module, other):
+    """Anywhere in the file, at the top or inside a function: the contract does not import back."""
+    assert not {name for name in _imports(ROOT / module) if name == other or name.startswith(other + ".")}
+
+
+def test_the_import_circle_finder_sees_a_function_level_import(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("def f():\n    from engine.devices import backends\n    return backends()\n")
+    assert "engine.devices" in _imports(planted)
+
+
+DEVICE_NAMES = {"cpu", "cuda", "mps", "npu", "xpu"}
+
+
+def _device_name_comparisons(path: Path) -> list[int]:
+    """Lines of ``path`` that compare something with a device name (``==``, ``!=``, ``in``)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        consts = [s.value for s in sides if isinstance(s, ast.Constant)]
+        consts += [e.value for s in sides if isinstance(s, (ast.Tuple, ast.List, ast.Set))
+                   for e in s.elts if isinstance(e, ast.Constant)]
+        if any(isinstance(c, str) and c in DEVICE_NAMES for c in consts):
+            found.append(node.lineno)
+    return found
+
+
+def test_no_module_outside_the_device_modules_compares_a_device_name():
+    """``x == "cuda"``, ``"cpu" != y``, ``x in ("cpu", "cuda")`` in engine/ and the harness side of
+    conformance/: device facts are backend fields (engine/devices.py, engine/backends.py). The
+    checks of promises that name CUDA (cuBLAS, cuDNN: ``checks/_support.py``, ``checks/seeds.py``),
+    torch's per-device math settings (engine/mathmode.py) and the recipes and their kit are about
+    a named device by nature."""
+    allowed = {"engine/devices.py", "engine/backends.py", "engine/mathmode.py", "engine/strategies.py",
+               "conformance/kit.py", "conformance/checks/_support.py", "conformance/checks/seeds.py"}
+    files = sorted((ROOT / "engine").glob("*.py")) + sorted((ROOT / "conformance").rglob("*.py"))
+    found = [f"{p.relative_to(ROOT).as_posix()}:{line}" for p in files
+             if p.relative_to(ROOT).as_posix() not in allowed and not p.name.startswith("recipes")
+             for line in _device_name_comparisons(p)]
+    assert not found, found
+
+
+def test_the_device_name_finder_sees_each_spelling(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text('a = backend.name != "cpu"\nb = "cuda" == d.type\nc = t in ("npu", "x")\nd = n == "cpux"\n')
+    assert _device_name_comparisons(planted) == [1, 2, 3]
+
+
+def test_a_distributions_vendor_profile_is_source_vendor(installed):
+    source = GOOD.format(name="acme").replace(
+        "from engine.devices import Backend", "from engine.devices import Backend, VendorProfile").replace(
+        'torch.device("cpu"))', 'torch.device("cpu"), profile=VendorProfile("x.json", source="ascend"))')
+    installed("acme-detconf", {"acme": "acme_profile:backend"}, "acme_profile", source)
+    with pytest.raises(loader.BackendError, match="a vendor profile of source 'ascend'.*source 'vendor'"):
+        devices.backends()
+
+
+def test_the_ascend_list_is_the_npu_backends_vendor_profile(monkeypatch, tmp_path):
+    from dataclasses import replace
+
+    from conformance import catalog
+
+    profile = devices.backend_for("npu").profile
+    assert (profile.source, profile.recipes) == ("ascend", ("conformance.recipes_ascend",))
+    assert profile.data_path().resolve() == catalog.data_file("ascend").resolve()
+    assert catalog.load_entries("ascend") == catalog.read_entries_file(catalog.data_file("ascend"), source="ascend")
+    assert catalog.vendor_profiles() == [] or all(p.source == "vendor" for _, p in catalog.vendor_profiles())
+    # The profile decides: point it at another list and source ``ascend`` reads that one.
+    other = tmp_path / "other.json"
+    raw = catalog.data_file("ascend").read_text(encoding="utf-8")
+    import json
+
+    other.write_text(json.dumps(json.loads(raw)[:2]), encoding="utf-8")
+    monkeypatch.setattr(devices, "ASCEND_PROFILE", replace(profile, data=str(other)))
+    assert len(catalog.load_entries("ascend")) == 2

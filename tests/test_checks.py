@@ -586,7 +586,7 @@ def test_cublas_verdicts(config, mode, result, held, observed):
 
 
 def test_child_targets_of_the_checks_resolve():
-    from engine.child import resolve_target
+    from detconf.child import resolve_target
 
     for target in ("conformance.children:default_fill", "conformance.children:seeded_ops",
                    "conformance.children:cublas_runs", "conformance.isolated:judge_payload"):
@@ -594,7 +594,7 @@ def test_child_targets_of_the_checks_resolve():
 
 
 def test_default_fill_child_reports_the_fresh_process_default():
-    from engine.child import run_in_child
+    from detconf.child import run_in_child
 
     result = run_in_child("conformance.children:default_fill", {"numel": 8}, timeout=120)
     assert result == {"default": True, "empty_all_nan": True}

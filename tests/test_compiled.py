@@ -27,8 +27,8 @@ FAST = settings(max_examples=3, derandomize=True, database=None, deadline=None)
 CPU = backends()["cpu"]
 ALERT = ("put_ does not have a deterministic implementation, but you set "
          "'torch.use_deterministic_algorithms(True)'.")
-needs_inductor = pytest.mark.skipif(compile_unavailable("inductor", "cpu") is not None,
-                                    reason=f"Inductor unavailable: {compile_unavailable('inductor', 'cpu')}")
+needs_inductor = pytest.mark.skipif(compile_unavailable("inductor", "cpp") is not None,
+                                    reason=f"Inductor unavailable: {compile_unavailable('inductor', 'cpp')}")
 
 
 def run(op, promise, mode, compile, **kw):
@@ -354,10 +354,10 @@ def test_inductor_runs_the_planted_swallowed_alert_and_a_real_alerting_op():
 
 def test_inductor_without_a_cxx_compiler_is_unsupported(monkeypatch):
     monkeypatch.setenv("CXX", "/nonexistent/c++")
-    assert "C++ compiler" in compile_unavailable("inductor", "cpu")
+    assert "C++ compiler" in compile_unavailable("inductor", "cpp")
     row = run("planted.deterministic", "deterministic", "error", "inductor")
     assert row["verdict"] == "unsupported" and "C++ compiler" in row["detail"]["unsupported"]
-    assert compile_unavailable("aot_eager", "cpu") is None
+    assert compile_unavailable("aot_eager", "cpp") is None
 
 
 def _catalog_case(entry_id, mode, compile):
@@ -435,7 +435,7 @@ def test_the_rerun_command_of_a_compiled_case_keeps_the_compile_setting():
     import types
     from pathlib import Path
 
-    import conftest
+    from plugin.rerun import rerun_command
 
     option = types.SimpleNamespace(source=["torch-docs"], doc_version=None, no_complements=False, mode=["error"],
                                    runs=2, isolate=False, results="r.jsonl", detconf_compile=["eager", "inductor"])
@@ -443,7 +443,7 @@ def test_the_rerun_command_of_a_compiled_case_keeps_the_compile_setting():
                                    getoption=lambda name: getattr(option, name.lstrip("-").replace("-", "_")))
     node = types.SimpleNamespace(path=Path("/suite/conformance/test_documented.py"),
                                  name="test_documented[put_(accumulate=False)-cpu-error-inductor]")
-    rerun = conftest.rerun_command(config, node)
+    rerun = rerun_command(config, node)
     assert "--compile eager --compile inductor" in rerun and "-cpu-error-inductor]" in rerun
     option.detconf_compile = None  # eager only: nothing to add, the ids have no suffix
-    assert "--compile" not in conftest.rerun_command(config, node)
+    assert "--compile" not in rerun_command(config, node)

@@ -280,3 +280,82 @@ def test_the_math_mode_guard_costs_little():
     capture = min(timeit.repeat(mathmode.capture, number=n, repeat=5)) / n
     restore = min(timeit.repeat(lambda: mathmode.restore(saved), number=n, repeat=5)) / n
     assert capture < 100e-6 and restore < 100e-6, (capture, restore)
+
+
+# -- one guard, one mode -> flags mapping ----------------------------------------------------
+def test_the_modes_flags_come_from_one_table(monkeypatch):
+    from detconf import vocabulary
+
+    for mode, flags in vocabulary.MODE_FLAGS.items():
+        with deterministic_mode(mode):
+            assert (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) == flags
+            assert torch.get_deterministic_debug_mode() == vocabulary.debug_level(*flags)
+    monkeypatch.setitem(vocabulary.MODE_FLAGS, "error", (True, True))  # planted: the table decides
+    with deterministic_mode("error"):
+        assert torch.is_deterministic_algorithms_warn_only_enabled() is True
+
+
+def test_the_mode_table_is_the_only_one():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for rel in ("engine/determinism.py", "conformance/children.py", "conformance/checks/flag_api.py",
+                "conformance/checks/inductor.py"):
+        text = (root / rel).read_text(encoding="utf-8")
+        assert "MODE_FLAGS[" in text or "MODE_CALLS[" in text, rel
+        assert not re.search(r'warn_only\s*=\s*\(?\s*mode\s*==|mode\s*!=\s*"off"', text), rel
+
+
+def test_environment_sets_and_puts_back(monkeypatch):
+    monkeypatch.setenv("DETCONF_PLANTED_A", "before")
+    monkeypatch.delenv("DETCONF_PLANTED_B", raising=False)
+    with pytest.raises(RuntimeError):
+        with determinism.environment({"DETCONF_PLANTED_A": None, "DETCONF_PLANTED_B": "set"}):
+            assert "DETCONF_PLANTED_A" not in os.environ and os.environ["DETCONF_PLANTED_B"] == "set"
+            raise RuntimeError("the body fails")
+    assert os.environ["DETCONF_PLANTED_A"] == "before" and "DETCONF_PLANTED_B" not in os.environ
+
+
+def test_the_compile_cache_folder_uses_the_one_guard(monkeypatch):
+    from engine.compiled import CACHE_ENV_VARS, private_cache
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/somewhere")
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    with private_cache() as folder:
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == folder and os.environ["TRITON_CACHE_DIR"].startswith(folder)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/somewhere" and "TRITON_CACHE_DIR" not in os.environ
+    assert not os.path.exists(folder) and CACHE_ENV_VARS == ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def test_import_effects_are_undone():
+    import sys
+    import warnings
+
+    import numpy as np
+
+    argv, filters = list(sys.argv), list(warnings.filters)
+    torch_state, py_state, np_state = torch.get_rng_state(), random.getstate(), np.random.get_state()
+    frozen = torch.backends.flags_frozen.__globals__
+    allowed = frozen.get("__allow_nonbracketed_mutation_flag", True)
+    with determinism.import_effects_undone():
+        assert sys.argv == argv[:1]
+        sys.argv = ["changed", "--by", "the-import"]
+        warnings.simplefilter("ignore")
+        torch.manual_seed(1), random.seed(1), np.random.seed(1)
+        frozen["__allow_nonbracketed_mutation_flag"] = False
+    assert sys.argv == argv and warnings.filters == filters
+    assert torch.equal(torch.get_rng_state(), torch_state) and random.getstate() == py_state
+    assert all(np.array_equal(a, b) if hasattr(a, "shape") else a == b for a, b in zip(np.random.get_state(), np_state))
+    assert frozen.get("__allow_nonbracketed_mutation_flag", True) == allowed
+
+
+def test_no_save_and_restore_block_outside_the_guard():
+    """Environment variables and generator states are put back by engine.determinism's guard only."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for rel in ("conformance/sweep.py", "conformance/recipes_sweep.py", "engine/compiled.py"):
+        text = (root / rel).read_text(encoding="utf-8")
+        assert not re.search(r"saved\w*\s*=|\.getstate\(\)|get_rng_state\(\)|os\.environ\[", text), rel

@@ -1,4 +1,4 @@
-"""Hostile input to the pytest plugin (conftest.py), as a user meets it in a terminal.
+"""Hostile input to the pytest plugin (the `plugin` package), as a user meets it in a terminal.
 
 Every bad option, data file or results path must stop the run before any test runs with
 one ``ERROR:`` line naming the problem and exit status 4 (pytest's usage error); everything
@@ -407,13 +407,10 @@ def test_the_matrix_never_overwrites_what_it_did_not_write(tmp_path):
 
 
 def _plugin_module():
-    """The suite's pytest plugin (the repository's conftest.py) as a plain module."""
-    import importlib.util
+    """The plugin's module that owns the results file and its report folder (plugin.results)."""
+    from plugin import results
 
-    spec = importlib.util.spec_from_file_location("detconf_plugin_under_test", ROOT / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return results
 
 
 def _with_link(report: Path) -> None:
@@ -550,10 +547,23 @@ def pytest_configure(config):
 '''
 
 
+def _outside_the_summary(stdout: str) -> list[str]:
+    """pytest's output without the end-of-run summary's section ("detconf conformance"), which
+    names each failing cell's command of its own."""
+    kept, inside = [], False
+    for line in stdout.splitlines():
+        if line.startswith("="):
+            inside = " detconf conformance " in line
+        if not inside:
+            kept.append(line)
+    return kept
+
+
 def _hint(stdout: str) -> list[str]:
     # Under CI=true pytest repeats the whole failure message in its short summary: the same hint
     # may appear twice, but there is one hint.
-    hints = sorted({line.split("rerun: ", 1)[1].strip() for line in stdout.splitlines() if "  rerun: " in line})
+    hints = sorted({line.split("rerun: ", 1)[1].strip() for line in _outside_the_summary(stdout)
+                    if "  rerun: " in line})
     assert len(hints) == 1, stdout[-3000:]
     return shlex.split(hints[0])
 

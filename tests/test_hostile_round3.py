@@ -205,7 +205,10 @@ def test_RP_stem_b(tmp_path):
 
 
 SLOW_BUILD = '''
-import sys, time
+import signal, sys, time
+# Ctrl-C as in a terminal: a run started in the background by a non-interactive shell inherits
+# SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import reports.build as build
 real = build.write_png
 def slow(*args, **kwargs):

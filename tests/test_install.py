@@ -20,7 +20,8 @@ import pytest
 from detconf import cli
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE_PARTS = ("pyproject.toml", "README.md", "conftest.py", "pytest.ini", "detconf", "engine", "conformance", "reports")
+SOURCE_PARTS = ("pyproject.toml", "README.md", "conftest.py", "pytest.ini", "detconf", "engine", "conformance", "reports",
+                "plugin")
 SMALL_RUN = ("--device", "cpu", "--source", "torch-docs", "-k", "put_ and error",
              "--hypothesis-profile", "ci", "-p", "no:cacheprovider")
 

@@ -102,6 +102,34 @@ def test_a_worker_crash_loses_only_the_test_in_flight(tmp_path):
     assert len(rows) == len({_key(r) for r in rows}), "one row per case"
 
 
+FAILS_OUTSIDE = '''
+def pytest_runtest_call(item):
+    if "put_(accumulate=False)-cpu-error" in item.nodeid:
+        raise RuntimeError("planted: the test failed before the harness ran")
+'''
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_test_that_fails_without_a_row_gets_the_row_of_the_case_its_item_carries(tmp_path, workers):
+    """No row from the harness (an exception outside it): the row comes from the case the test
+    item carries, in one process and under xdist alike, and names the test as collected."""
+    (tmp_path / "fails_outside.py").write_text(FAILS_OUTSIDE)
+    results = tmp_path / "r.jsonl"
+    out = pytest_run("--source", "torch-docs", "--device", "cpu", "--mode", "error", "--hypothesis-profile", "ci",
+                     "-k", "put_", "-n", workers, "-p", "fails_outside", "--results", str(results),
+                     "--no-report-build", env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+    run, rows = read_rows(results)
+    by_id = {r["entry_id"]: r for r in rows}
+    failed = by_id["put_(accumulate=False)"]
+    assert (failed["verdict"], failed["observed"]) == ("harness-error", "crashed")
+    assert "RuntimeError" in failed["detail"]["error"]
+    assert failed["nodeid"] == "conformance/test_documented.py::test_documented[put_(accumulate=False)-cpu-error]"
+    assert {r["verdict"] for r in rows if r is not failed} == {"conforms"}
+    assert len(rows) == run["planned"] == len({r["nodeid"] for r in rows})
+    assert sorted(c["id"] for c in run["planned_cases"]) == sorted(r["nodeid"].split("[", 1)[1][:-1] for r in rows)
+
+
 def test_isolated_process_path_gives_the_same_rows(tmp_path):
     """The path NPU takes (one fresh process per case), exercised on CPU."""
     inproc, isolated = tmp_path / "inproc.jsonl", tmp_path / "isolated.jsonl"
@@ -260,7 +288,7 @@ import sys
 
 OUT = %(out)r
 SUITE = tuple(os.path.join(%(root)r, name).replace("\\", "/")
-              for name in ("conftest.py", "conformance/", "engine/", "detconf/", "reports/"))
+              for name in ("conftest.py", "plugin/", "conformance/", "engine/", "detconf/", "reports/"))
 #: The imports the suite pauses the collector for: torch itself, and Dynamo (through Inductor's
 #: configuration, which use_deterministic_algorithms imports).
 PAUSED_IMPORTS = ("torch", "torch._inductor.config")

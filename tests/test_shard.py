@@ -101,7 +101,7 @@ def test_a_bad_shard_is_a_one_line_usage_error(tmp_path, text, needle):
 
 
 def test_the_rerun_hint_keeps_the_shard(tmp_path):
-    import conftest as plugin
+    from plugin.rerun import rerun_command
 
     option = SimpleNamespace(source=["flag-api"], doc_version=None, no_complements=False, mode=None,
                              runs=2, hypothesis_seed=None, isolate=False, results=str(tmp_path / "r.jsonl"),
@@ -109,10 +109,10 @@ def test_the_rerun_hint_keeps_the_shard(tmp_path):
     config = SimpleNamespace(option=option, _detconf_backends=[SimpleNamespace(name="cpu")],
                              _detconf_shard=(2, 3), getoption=lambda name: getattr(option, name, None))
     node = SimpleNamespace(path=ROOT / "conformance" / "test_documented.py", name="test_documented[x]")
-    command = plugin.rerun_command(config, node)
+    command = rerun_command(config, node)
     assert "--shard 2/3" in command
     option.shard, config._detconf_shard = None, None  # no --shard: the whole plan
-    assert "--shard" not in plugin.rerun_command(config, node)
+    assert "--shard" not in rerun_command(config, node)
 
 
 def test_shards_run_apart_and_merge_into_the_whole_plan(tmp_path):

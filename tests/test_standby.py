@@ -59,13 +59,25 @@ def test_the_end_of_input_is_a_quiet_exit():
     assert _serve("") == (0, "")
 
 
-def test_a_started_standby_that_is_not_asked_exits_without_building(tmp_path):
-    # As the plugin starts it (its own process, this checkout first on the path).
-    code = f"import sys; sys.path.insert(0, {str(ROOT)!r})\nfrom reports.standby import main\nsys.exit(main())\n"
-    out = subprocess.run([sys.executable, "-c", code], input="", capture_output=True, text=True, timeout=120,
-                         cwd=tmp_path)
-    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+def test_a_started_standby_that_is_not_asked_exits_without_building(tmp_path, monkeypatch):
+    # As the plugin starts it: through detconf.child, in the run's working folder.
+    from plugin.standby import Standby
+
+    monkeypatch.chdir(tmp_path)
+    started = Standby.start()
+    out, err = started.child.communicate("", timeout=120)
+    assert (started.proc.returncode, out, err) == (0, "", "")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_started_standby_answers_a_request_with_paths_relative_to_the_runs_folder(tmp_path, monkeypatch):
+    from plugin.standby import Standby
+
+    _results(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    reply = Standby.start().ask({"summary": "results.jsonl", "build": {"paths": ["results.jsonl"], "out": "report"}})
+    assert reply == {"lines": summary_lines("results.jsonl"), "built": True}  # as the run names it
+    assert (tmp_path / "report" / "matrix.md").is_file()
 
 
 # -- in a run -----------------------------------------------------------------------------------

@@ -193,3 +193,57 @@ def test_observation_evidence_is_plain_json_without_harness_flags():
     evidence = obs.to_json()
     assert json.loads(json.dumps(evidence)) == evidence
     assert "check" not in evidence and "observed" not in evidence and evidence["identical"] is False
+
+
+# -- one decision per example, one expectation per case ----------------------------------------
+def test_a_conforming_example_whose_reference_disagrees_is_wrong_result():
+    from engine.verdict import with_differential
+
+    assert with_differential("conforms", "vs CPU reference: out differs") == "wrong-result"
+    assert with_differential("conforms", None) == "conforms"
+    assert with_differential("nondeterministic", "vs default algorithm") == "nondeterministic"
+    obs = Observation(runs=2, identical=True, reached=True, wrong_result="vs default algorithm: out differs")
+    assert verdict_for("deterministic", obs) == "wrong-result"
+
+
+def _judge_counting(monkeypatch, op, expected=None):
+    from hypothesis import settings
+
+    from conformance import harness
+    from conformance.plan import Case
+    from engine import verdict
+    from engine.devices import backend_for
+    from tests.planted import planted_entry
+
+    calls = []
+    real = verdict.verdict_for
+    monkeypatch.setattr(verdict, "verdict_for", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    case = Case(planted_entry(op, "deterministic"), "cpu", "error", **({"expected": expected} if expected else {}))
+    row = harness.judge(case, backend_for("cpu"), hypothesis_settings=settings(max_examples=3, derandomize=True,
+                                                                                database=None, deadline=None))
+    return row, calls
+
+
+def test_the_verdict_is_decided_once_per_example(monkeypatch):
+    row, calls = _judge_counting(monkeypatch, "planted.deterministic")
+    assert row["verdict"] == "conforms" and row["examples"] == 3
+    assert len(calls) == 3  # the differential comparison runs on the decision, not on a second one
+    row, calls = _judge_counting(monkeypatch, "planted.wrong_when_deterministic")
+    assert row["verdict"] == "wrong-result" and len(calls) == row["examples"]
+
+
+def test_a_case_carries_its_expectation_and_the_harness_judges_by_it(monkeypatch):
+    import json
+
+    from conformance.plan import Case
+    from engine import verdict
+    from tests.planted import planted_entry
+
+    case = Case(planted_entry("planted.deterministic", "deterministic"), "cpu", "error")
+    assert case.expected == "deterministic"
+    assert Case.from_json(json.loads(json.dumps(case.to_json()))).expected == "deterministic"
+    # Computed once, when the case is made: the harness does not ask again ...
+    monkeypatch.setattr(verdict, "expected_outcome", lambda *a, **k: pytest.fail("expectation computed twice"))
+    # ... and what the case carries decides: a planted expectation of a raise is not met.
+    row, _ = _judge_counting(monkeypatch, "planted.deterministic", expected="raises")
+    assert (row["expected"], row["verdict"]) == ("raises", "stale-doc")

@@ -15,29 +15,13 @@ one ``@check`` per entry (modules below). Where to find a check:
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-from conformance.catalog import DATA, data_file, read_entries_file
-from engine.entry import Entry
+from conformance.catalog import data_file, load_check_entries
 
 from . import cuda_env, dataloader, flag_api, inductor, seeds, uninitialized_memory  # noqa: F401  (register checks)
 from ._support import FLAG_API, REPRO_NOTES
 
-CHECK_SOURCES = (FLAG_API, REPRO_NOTES)
+__all__ = ["CATALOG_FILES", "CHECK_SOURCES", "load_check_entries"]
 
-DATA_DIR = DATA
+CHECK_SOURCES = (FLAG_API, REPRO_NOTES)
 #: The shipped catalog files of the check sources.
 CATALOG_FILES = {source: data_file(source) for source in CHECK_SOURCES}
-
-
-def load_check_entries(source: str, path: str | Path | None = None) -> list[Entry]:
-    """The catalog entries of ``source`` (one of :data:`CHECK_SOURCES`), in file order.
-
-    ``path`` overrides the catalog file (for tests; default
-    :func:`conformance.catalog.data_file`). Malformed JSON, a schema violation, an entry of
-    another source or promise, or a duplicate id raises :class:`engine.entry.CatalogError`
-    with a one-line message naming the file, the entry and the field.
-    """
-    if source not in CHECK_SOURCES:
-        raise ValueError(f"unknown check source {source!r}; expected one of {CHECK_SOURCES}")
-    return read_entries_file(Path(path) if path is not None else data_file(source), source=source)

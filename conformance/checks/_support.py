@@ -1,7 +1,7 @@
 """Helpers shared by the checks: device requirements and byte views of tensors.
 
 The global-state guard the checks run under is :func:`engine.determinism.preserved_global_state`
-(the runner's too), and fresh processes come from :mod:`engine.child`.
+(the runner's too), and fresh processes come from :mod:`detconf.child`.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import warnings
 import torch
 
 from engine.checks import CheckSkipped
+from engine.devices import backend_for
 
 FLAG_API = "flag-api"
 REPRO_NOTES = "repro-notes"
@@ -37,22 +38,14 @@ def dtype_supported(dtype: torch.dtype, device: torch.device) -> bool:
 
 
 def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    """Wait for ``device``'s queue (its backend's ``synchronize``)."""
+    backend = backend_for(device.type)
+    if backend is not None:
+        backend.synchronize()
 
 
 # ---------------------------------------------------------------------------
-# Fingerprints
-
-
-def dense_cpu(t: torch.Tensor) -> torch.Tensor:
-    """A 1-D copy on the CPU with unit stride (``contiguous()`` keeps odd strides
-    on size-1 dimensions, which ``view(torch.uint8)`` refuses)."""
-    return t.detach().to("cpu").reshape(-1).clone(memory_format=torch.contiguous_format)
-
-
-def tensor_bytes(t: torch.Tensor) -> bytes:
-    return dense_cpu(t).view(torch.uint8).numpy().tobytes()
+# Evidence
 
 
 def preview(t: torch.Tensor, n: int = 4) -> list[str]:

@@ -23,11 +23,13 @@ from hypothesis import strategies as st
 
 from engine.checks import CheckObservation, check
 
-from engine.child import child_env, run_in_child
+from detconf.child import child_env, run_in_child
 from engine.determinism import apply_mode as enter_mode
 from engine.determinism import mode_is_on, preserved_global_state, set_cudnn
 
-from ._support import REPRO_NOTES, require_cuda, synchronize, tensor_bytes
+from engine.fingerprint import tensor_bytes
+
+from ._support import REPRO_NOTES, require_cuda, synchronize
 
 CUBLAS_VAR = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_GOOD = (":4096:8", ":16:8")

@@ -17,16 +17,13 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from detconf.vocabulary import MODE_FLAGS, debug_level
 from engine.checks import CheckObservation, CheckUnsupported, check
-
 from engine.determinism import apply_mode as enter_mode
 from engine.determinism import preserved_global_state
 from engine.runner import UNSUPPORTED
 
 from ._support import FLAG_API, NONDETERMINISTIC_ALERT
-
-# (enabled, warn_only) for each mode.
-MODE_SETTING = {"error": (True, False), "warn_only": (True, True), "off": (False, False)}
 
 DEBUG_LEVELS = {"default": 0, "warn": 1, "error": 2}
 
@@ -34,7 +31,7 @@ DEBUG_LEVELS = {"default": 0, "warn": 1, "error": 2}
 def _settings(draw, mode: str) -> list[tuple[bool, bool]]:
     """A few drawn (enabled, warn_only) settings, ending with the mode's own."""
     steps = draw(st.lists(st.tuples(st.booleans(), st.booleans()), max_size=3), label="settings before the mode's")
-    return steps + [MODE_SETTING[mode]]
+    return steps + [MODE_FLAGS[mode]]
 
 
 def _getters() -> dict[str, Any]:
@@ -43,10 +40,6 @@ def _getters() -> dict[str, Any]:
         "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
         "debug_mode": torch.get_deterministic_debug_mode(),
     }
-
-
-def _expected_level(enabled: bool, warn_only: bool) -> int:
-    return 0 if not enabled else (1 if warn_only else 2)
 
 
 def _verdict(steps: list[dict[str, Any]], observed_ok: str, observed_bad: str) -> CheckObservation:
@@ -85,12 +78,12 @@ def warn_only_getter_follows_mode(draw, entry, device: torch.device, mode: str) 
 @check("use_deterministic_algorithms[warn_only-default]", source=FLAG_API)
 def warn_only_defaults_to_false(draw, entry, device: torch.device, mode: str) -> CheckObservation:
     # warn_only "Default: False": a call without it clears an earlier warn_only=True.
-    enabled = MODE_SETTING[mode][0]
+    enabled = MODE_FLAGS[mode][0]
     with preserved_global_state():
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.use_deterministic_algorithms(enabled)
         got = _getters()
-    ok = got["enabled"] is enabled and got["warn_only"] is False and got["debug_mode"] == _expected_level(enabled, False)
+    ok = got["enabled"] is enabled and got["warn_only"] is False and got["debug_mode"] == debug_level(enabled, False)
     return CheckObservation(
         held=ok,
         observed="warn_only-cleared" if ok else "warn_only-kept",
@@ -105,7 +98,7 @@ def debug_mode_getter_follows_mode(draw, entry, device: torch.device, mode: str)
         for enabled, warn_only in _settings(draw, mode):
             torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
             got = torch.get_deterministic_debug_mode()
-            want = _expected_level(enabled, warn_only)
+            want = debug_level(enabled, warn_only)
             steps.append({"set": [enabled, warn_only], "got": got, "want": want, "ok": type(got) is int and got == want})
     return _verdict(steps, "reflects-mode", "debug-mode-disagrees")
 

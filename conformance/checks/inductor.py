@@ -34,13 +34,16 @@ from typing import Any, Callable
 import torch
 from hypothesis import strategies as st
 
+from detconf.vocabulary import MODE_CALLS
 from engine.checks import CheckObservation, CheckSkipped, CheckUnsupported, check
 from engine.compiled import CompileSnapshot, Compiler, compile_unavailable, is_compile_failure
-
 from engine.determinism import apply_mode as enter_mode
 from engine.determinism import mode_is_on, preserved_global_state
+from engine.devices import inductor_codegen
 
-from ._support import NONDETERMINISTIC_ALERT, REPRO_NOTES, synchronize, tensor_bytes
+from engine.fingerprint import tensor_bytes
+
+from ._support import NONDETERMINISTIC_ALERT, REPRO_NOTES, synchronize
 
 DEBUG_SPELLINGS = {"error": ("error", 2), "warn_only": ("warn", 1), "off": ("default", 0)}
 
@@ -87,7 +90,7 @@ def _config_follows(set_mode: Callable[[], Any], mode: str, call: str) -> CheckO
 
 @check("use_deterministic_algorithms->inductor.config.deterministic", source=REPRO_NOTES)
 def inductor_follows_use_deterministic_algorithms(draw, entry, device: torch.device, mode: str) -> CheckObservation:
-    call = {"error": "use_deterministic_algorithms(True)", "warn_only": "use_deterministic_algorithms(True, warn_only=True)", "off": "use_deterministic_algorithms(False)"}[mode]
+    call = MODE_CALLS[mode].removeprefix("torch.")
     return _config_follows(lambda: enter_mode(mode), mode, call)
 
 
@@ -127,7 +130,8 @@ def _compile_unavailable(device: torch.device) -> str | None:
     is_supported = getattr(dynamo, "is_dynamo_supported", lambda: True)
     if not is_supported():
         return "TorchDynamo does not support this Python version or platform"
-    if device.type == "cpu":
+    codegen = inductor_codegen(device.type)
+    if codegen == "cpp":
         try:
             from torch._inductor.cpp_builder import get_cpp_compiler
 
@@ -136,11 +140,8 @@ def _compile_unavailable(device: torch.device) -> str | None:
             return f"Inductor finds no C++ compiler for CPU: {type(exc).__name__}: {exc}"
         if shutil.which(compiler) is None:
             return f"Inductor's C++ compiler {compiler!r} is not on PATH"
-    elif device.type == "cuda":
-        if not torch.cuda.is_available():
-            return "CUDA is not available"
-    if device.type in ("cpu", "cuda"):
-        return compile_unavailable("inductor", device.type)  # the engine's word (Triton for CUDA)
+    if codegen is not None:
+        return compile_unavailable("inductor", codegen)  # the engine's word (Triton for CUDA)
     return None
 
 

@@ -21,9 +21,10 @@ from engine.checks import CheckObservation, CheckSkipped, check
 
 from conformance import rng_ops as _rng_ops
 from conformance.rng_ops import RNG_OPS
-from engine.child import child_env, finish_child, start_child
+from detconf.child import child_env, finish_child, start_child
 from engine.determinism import apply_mode as enter_mode
 from engine.determinism import preserved_global_state
+from engine.devices import backend_for
 
 from ._support import REPRO_NOTES
 
@@ -132,7 +133,8 @@ def manual_seed_repeats_across_processes(draw, entry, device: torch.device, mode
         "device": str(device),
         "ops": ops,
     }
-    env = child_env({"CUBLAS_WORKSPACE_CONFIG": ":4096:8"} if device.type == "cuda" else None)
+    backend = backend_for(device.type)
+    env = child_env(dict(backend.environment) if backend is not None and backend.environment else None)
     # The two children run side by side: one interpreter start-up of wall time.
     procs = [start_child("conformance.children:seeded_ops", payload, env=env) for _ in range(2)]
     results = [finish_child(p, timeout=180, what="manual_seed in a fresh process") for p in procs]

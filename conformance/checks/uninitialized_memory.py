@@ -16,12 +16,14 @@ import torch
 from hypothesis import strategies as st
 
 from engine.checks import CheckObservation, CheckUnsupported, check
-from engine.child import run_in_child
+from detconf.child import run_in_child
 from engine.determinism import apply_mode as enter_mode
 from engine.determinism import mode_is_on, preserved_global_state
 from engine.runner import UNSUPPORTED
 
-from ._support import REPRO_NOTES, dense_cpu, dtype_supported, preview
+from engine.fingerprint import flat_host_copy
+
+from ._support import REPRO_NOTES, dtype_supported, preview
 
 
 def _dtypes(*names: str) -> list[torch.dtype]:
@@ -125,7 +127,7 @@ def _observe(build: Callable[[], torch.Tensor], dtype: torch.dtype, compiler: An
 def classify(t: torch.Tensor) -> dict[str, Any]:
     """What the uninitialized elements hold: counts of NaN, of the integer
     maximum and of zeros, and a short preview."""
-    flat = dense_cpu(t)
+    flat = flat_host_copy(t)
     n = flat.numel()
     summary: dict[str, Any] = {"dtype": str(t.dtype), "numel": n, "preview": preview(flat)}
     zero_bytes = (flat.view(torch.uint8) == 0).reshape(n, -1).all(dim=1)
