@@ -1426,16 +1426,35 @@ _INTERP_KERNELS = {"linear": "upsample_linear1d", "bilinear": "upsample_bilinear
                    "area": ("_adaptive_avg_pool1d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d")}
 
 
-def _interpolate_targets(entry: Entry, case: dict) -> tuple[str, ...]:
-    """The upsampling kernel of the case's mode (every mode's when the recipe draws it);
-    its backward for an entry about differentiation."""
+#: The modes whose call ``F.interpolate`` routes, off the CPU and under the mode, to a
+#: decomposition (``torch._decomp.decompositions._upsample_linear_vec``): forward
+#: ``_unsafe_index``, backward ``_unsafe_index_put`` (accumulating), no alert. torch 2.5 does it
+#: for ``bilinear`` on CUDA and XPU; 2.11 and later for ``bilinear`` and ``trilinear`` on every
+#: device but the CPU (``if not input.is_cpu and torch.are_deterministic_algorithms_enabled()``
+#: in ``torch/nn/functional.py``; the H100 rows of torch 2.11 show it). Native kernels run in
+#: ``backward-only`` (the forward with the mode off) and for the other modes.
+_INTERP_DECOMPOSED = ("bilinear", "trilinear")
+_INTERP_DECOMPOSING_DEVICES = ("cuda", "xpu", "mps", "npu")
+
+
+def _interpolate_targets(entry: Entry, case: dict) -> Targets:
+    """The upsampling kernel of the case's mode (every mode's when the recipe draws it); its
+    backward for an entry about differentiation. Off the CPU the decomposition that the mode
+    routes ``bilinear`` and ``trilinear`` to is the same call's other route, and on CUDA each
+    mode's kernel (either route) is one a case must reach: the sentence covers them all."""
     modes = [case["mode"]] if "mode" in case else list(_INTERP_KERNELS)
-    names = []
+    suffix = "_backward" if entry.backward else ""
+    decomposition = "aten._unsafe_index_put" if entry.backward else "aten._unsafe_index"
+    groups = []
     for mode in modes:
         kernels = _INTERP_KERNELS[mode]
-        names += [kernels] if isinstance(kernels, str) else list(kernels)
-    suffix = "_backward" if entry.backward else ""
-    return tuple(f"aten.{name}{suffix}" for name in names)
+        names = tuple(f"aten.{name}{suffix}" for name in ((kernels,) if isinstance(kernels, str) else kernels))
+        groups.append(names + ((decomposition,) if mode in _INTERP_DECOMPOSED else ()))
+    native = tuple(name for group in groups for name in group if name != decomposition)
+    off_host = tuple(dict.fromkeys(name for group in groups for name in group))
+    required = {"cuda": tuple(groups)} if entry.backward and "mode" in case else {}
+    return Targets(native, per_device={device: off_host for device in _INTERP_DECOMPOSING_DEVICES},
+                   required=required)
 
 
 def interpolate_op(x, *, size, mode, align_corners=None):

@@ -19,6 +19,13 @@ the operators compute, as a GPU may:
 - ``shuffle``: with determinism off, accumulating writes (``index_add``, ``index_put`` /
   ``put_`` with ``accumulate=True``, ``scatter_add``) add in a fresh order on every call, as
   atomics under load do: the sums round differently from run to run.
+- ``alerts``: operators (``aten`` overload packets) whose CUDA kernels have no deterministic
+  implementation: under the mode they raise torch's alert (a warning with ``warn_only``), as
+  ``upsample_bilinear2d_backward_out_cuda`` does (:data:`UPSAMPLE_BACKWARD`);
+- ``routes``: the Python-level routes torch takes off the CPU under the mode: ``F.interpolate``
+  with ``bilinear`` or ``trilinear`` runs the decomposition ``_upsample_linear_vec`` (backward
+  ``_unsafe_index_put``) instead of the upsampling kernel, as ``torch/nn/functional.py`` does
+  for ``not input.is_cpu`` (2.11 and later).
 
 Planted faults (none by default), which a judge must catch:
 
@@ -38,10 +45,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import warnings
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+import torch.nn.functional as F
+from torch.utils._python_dispatch import (TorchDispatchMode, _disable_current_modes,
+                                          _get_current_dispatch_mode_stack)
 
 from engine.comparison import U32, roundoff
 from engine.devices import Backend
@@ -93,16 +103,34 @@ class GPUSemantics(TorchDispatchMode):
 
     def __init__(self, *, tf32: bool = True, winner: bool = True, stream: bool = True, shuffle: bool = True,
                  signs: bool = True, conv_error: float = 0.0, stray_write: bool = False,
-                 silent_race: bool = False, race_above: int | None = None) -> None:
+                 silent_race: bool = False, race_above: int | None = None, alerts: frozenset = frozenset(),
+                 routes: bool = False) -> None:
         super().__init__()
         self.tf32, self.winner, self.stream, self.shuffle, self.signs = tf32, winner, stream, shuffle, signs
         self.conv_error, self.stray_write, self.silent_race = conv_error, stray_write, silent_race
-        self.race_above = race_above
+        self.race_above, self.alerts, self.routes = race_above, frozenset(alerts), routes
+        self._routed: list = []
+
+    def __enter__(self):
+        if self.routes:
+            real = F.interpolate
+            self._routed.append(real)
+            F.interpolate = functools.partial(_routed_interpolate, real)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            if self._routed:
+                F.interpolate = self._routed.pop()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         args = list(args)
         deterministic = torch.are_deterministic_algorithms_enabled()
+        if deterministic and func.overloadpacket in self.alerts:
+            _alert(f"{func.overloadpacket.__name__}_out_cuda")
         tf32 = functools.partial(round_to_tf32, nearest=deterministic)
         if self.tf32 and func in _CONV:
             args[0], args[1] = tf32(args[0]), tf32(args[1])
@@ -175,6 +203,43 @@ class GPUSemantics(TorchDispatchMode):
         return func(x, dim, index.index_select(dim, order), src.index_select(dim, order), **kwargs)
 
 
+#: The upsampling backward kernels whose CUDA implementations alert under the mode.
+UPSAMPLE_BACKWARD = frozenset({aten.upsample_linear1d_backward, aten.upsample_bilinear2d_backward,
+                               aten.upsample_bicubic2d_backward, aten.upsample_trilinear3d_backward})
+
+
+def _alert(kernel: str) -> None:
+    """torch's determinism alert for ``kernel``, as its C++ code words it: a RuntimeError under
+    the mode, a UserWarning under ``warn_only``."""
+    message = (f"{kernel} does not have a deterministic implementation, but you set "
+               "'torch.use_deterministic_algorithms(True)'. You can turn off determinism just for this "
+               "operation, or you can use the 'warn_only=True' option, if that's acceptable for your application.")
+    if torch.is_deterministic_algorithms_warn_only_enabled():
+        warnings.warn(message, UserWarning, stacklevel=2)
+    else:
+        raise RuntimeError(message)
+
+
+def _emulating_routes() -> bool:
+    return any(isinstance(mode, GPUSemantics) and mode.routes for mode in _get_current_dispatch_mode_stack())
+
+
+def _routed_interpolate(real, input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                        recompute_scale_factor=None, antialias=False):
+    """``F.interpolate`` as torch runs it off the CPU: ``bilinear`` (4-D) and ``trilinear`` (5-D)
+    under the mode go to the decomposition. The host's own calls (the CPU reference, run with the
+    emulation set aside) take the native kernels."""
+    rank = {"bilinear": 4, "trilinear": 5}.get(mode)
+    if (rank == input.dim() and not antialias and scale_factor is None and size is not None
+            and torch.are_deterministic_algorithms_enabled() and _emulating_routes()):
+        from torch._decomp.decompositions import _upsample_linear_vec
+
+        output_size = [size] * (rank - 2) if isinstance(size, int) else list(size)
+        return _upsample_linear_vec(input, output_size, align_corners, None)
+    return real(input, size=size, scale_factor=scale_factor, mode=mode, align_corners=align_corners,
+                recompute_scale_factor=recompute_scale_factor, antialias=antialias)
+
+
 def _accumulates(args: list, position: int, kwargs: dict) -> bool:
     if "accumulate" in kwargs:
         return bool(kwargs["accumulate"])
@@ -202,4 +267,5 @@ def emulated_cuda(*, free_bytes: int | None = None, **semantics: Any) -> Backend
         math_precision=lambda family: "tf32" if tf32 else "ieee",
         host_context=_on_host,
         free_memory=None if free_bytes is None else (lambda index: free_bytes),
+        inductor_codegen="triton",
     ).on(0)

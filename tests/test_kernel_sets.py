@@ -94,3 +94,62 @@ def test_grid_sample_runs_every_route_and_a_device_without_cudnn_is_not_reached(
     assert row["verdict"] == "not-reached", row["detail"]
     assert row["detail"]["unreached_kernels"] == ["aten.cudnn_grid_sampler_backward"]
     assert row["detail"]["reach_by_kernel"]["aten.grid_sampler_3d_backward"] > 0
+
+
+# --- interpolate: the native kernel of each mode, or the route the mode takes off the CPU -------
+
+LINEAR = {e.id: e for e in snapshot_entries("2.11.0")}[
+    "interpolate(mode='linear'|'bilinear'|'bicubic'|'trilinear').backward[cuda]"]
+DECOMPOSED = {"bilinear": "aten.upsample_bilinear2d_backward", "trilinear": "aten.upsample_trilinear3d_backward"}
+
+
+def test_interpolate_covers_each_modes_kernel_on_cuda_and_the_decomposition_off_the_cpu():
+    assert [program.kernels_for(LINEAR, kw, "cuda") for kw in LINEAR.case_kwargs()] == [
+        (("aten.upsample_linear1d_backward",),),
+        (("aten.upsample_bilinear2d_backward", "aten._unsafe_index_put"),),
+        (("aten.upsample_bicubic2d_backward",),),
+        (("aten.upsample_trilinear3d_backward", "aten._unsafe_index_put"),)]
+    assert program.targets_for(LINEAR, {"mode": "bilinear"}, "cpu") == ("aten.upsample_bilinear2d_backward",)
+    assert program.kernels_for(LINEAR, {"mode": "bilinear"}, "cpu") == ()
+    # The H100 row (torch 2.11, error mode) that said conforms at reach 0.5: its bilinear and
+    # trilinear programs dispatched the decomposition, which its targets did not name.
+    evidence = {"aten._unsafe_index.Tensor": 1, "aten._unsafe_index_put.default": 1, "aten.new_zeros.default": 1}
+    assert reached(program.targets_for(LINEAR, {"mode": "bilinear"}, "cuda"), evidence)
+    assert not reached(("aten.upsample_bilinear2d_backward",), evidence)
+
+
+def _gpu(**semantics):
+    from tests.emulated_gpu import UPSAMPLE_BACKWARD
+
+    return emulated_cuda(alerts=UPSAMPLE_BACKWARD, **semantics)
+
+
+def test_interpolate_that_routes_around_its_alert_is_stale_doc_on_cuda():
+    """As torch 2.11 on an H100: under the mode, bilinear and trilinear take the decomposition
+    (no alert, deterministic) while the docs say differentiating them throws; linear and bicubic
+    raise. The case is judged on every mode's route and fails (it said conforms before)."""
+    row = judge(Case(LINEAR, "cuda", "error"), _gpu(routes=True), hypothesis_settings=FAST)
+    assert row["verdict"] == "stale-doc", row["detail"]
+    # the decomposition counts as the bilinear kernel's route (the failure stops the exploration)
+    assert row["detail"]["reach_by_kernel"]["aten.upsample_bilinear2d_backward|aten._unsafe_index_put"] > 0
+    warn = judge(Case(LINEAR, "cuda", "warn_only"), _gpu(routes=True), hypothesis_settings=FAST)
+    assert warn["verdict"] == "missing-warning", warn["detail"]
+
+
+def test_interpolate_where_every_mode_alerts_conforms():
+    for mode in ("error", "warn_only"):
+        row = judge(Case(LINEAR, "cuda", mode), _gpu(), hypothesis_settings=FAST)
+        assert row["verdict"] == "conforms", (mode, row["detail"])
+    row = judge(Case(LINEAR, "cuda", "error", phase="backward-only"), _gpu(routes=True), hypothesis_settings=FAST)
+    assert row["verdict"] == "conforms", row["detail"]  # the forward ran with the mode off: native kernels
+
+
+def test_targets_without_the_decomposition_leave_its_modes_unreached(monkeypatch):
+    """The planted fault: targets that name only the native kernels. The kernel sets catch what
+    the per-case reach (0.5, conforms) did not."""
+    from conformance import recipes
+
+    monkeypatch.setattr(recipes, "_INTERP_DECOMPOSED", ())
+    row = judge(Case(LINEAR, "cuda", "error"), _gpu(routes=True), hypothesis_settings=FAST)
+    assert row["verdict"] == "not-reached", row["detail"]
+    assert sorted(row["detail"]["unreached_kernels"]) == sorted(DECOMPOSED.values())

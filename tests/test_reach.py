@@ -139,8 +139,12 @@ def test_backward_entries_target_a_backward_operator():
 
 def test_interpolate_targets_follow_the_mode_of_the_case():
     e = next(e for e in catalog.snapshot_entries("2.13.0") if e.op == "torch.nn.functional.interpolate")
-    assert targets_for(e, {"mode": "bilinear"}, "cuda") == ("aten.upsample_bilinear2d_backward",)
+    assert targets_for(e, {"mode": "bilinear"}, "cpu") == ("aten.upsample_bilinear2d_backward",)
     assert targets_for(e, {"mode": "linear"}, "cpu") == ("aten.upsample_linear1d_backward",)
+    # off the CPU, under the mode, bilinear goes to a decomposition (tests/test_kernel_sets.py)
+    assert targets_for(e, {"mode": "bilinear"}, "cuda") == ("aten.upsample_bilinear2d_backward",
+                                                            "aten._unsafe_index_put")
+    assert targets_for(e, {"mode": "linear"}, "cuda") == ("aten.upsample_linear1d_backward",)
 
 
 def test_the_sweep_declares_that_reach_is_not_judged_and_unknown_ops_have_no_targets():
