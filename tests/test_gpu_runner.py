@@ -232,3 +232,84 @@ def test_the_stress_step_runs_the_stress_profile_of_this_suite(tmp_path):
     assert args[:5] == ["conformance", "-n", "auto", "--hypothesis-profile", "stress"]
     assert ["--source", "torch-docs"] == args[7:9] and args.count("--mode") == 3
     assert not gpurun.has_stress(SimpleNamespace(root=tmp_path))
+
+
+# --- the bytecode cache the steps share ------------------------------------------------
+
+
+def _fake_torch(tmp_path, monkeypatch, *, cached: bool):
+    import importlib.util
+
+    source = tmp_path / "site" / "torch" / "__init__.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("")
+    if cached:
+        pyc = Path(importlib.util.cache_from_source(str(source)))
+        pyc.parent.mkdir()
+        pyc.write_bytes(b"")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: SimpleNamespace(origin=str(source)) if name == "torch" else real(name, *a))
+
+
+def test_steps_share_a_bytecode_cache_when_torch_has_none(tmp_path, monkeypatch):
+    _fake_torch(tmp_path, monkeypatch, cached=False)
+    env = {}
+    path, why = gpurun.bytecode_cache(env, cache_home=tmp_path / "cache")
+    assert path == str(tmp_path / "cache" / "detconf" / "pycache") == env["PYTHONPYCACHEPREFIX"]
+    assert Path(path).is_dir() and "no bytecode caches" in why
+
+
+def test_torch_with_its_caches_or_a_callers_choice_is_left_alone(tmp_path, monkeypatch):
+    _fake_torch(tmp_path, monkeypatch, cached=True)
+    env = {}
+    assert gpurun.bytecode_cache(env, cache_home=tmp_path / "cache") == (None, "torch has its bytecode caches")
+    assert env == {} and not (tmp_path / "cache").exists()
+    assert gpurun.bytecode_cache({"PYTHONPYCACHEPREFIX": "/x"})[0] == "/x"
+    assert gpurun.bytecode_cache({"PYTHONDONTWRITEBYTECODE": "1"}) == (None, "PYTHONDONTWRITEBYTECODE is set")
+
+
+def test_an_unusable_cache_folder_is_said_and_not_set(tmp_path, monkeypatch):
+    _fake_torch(tmp_path, monkeypatch, cached=False)
+    blocker = tmp_path / "cache"
+    blocker.write_text("a file where the folder would go")
+    env = {}
+    path, why = gpurun.bytecode_cache(env, cache_home=blocker)
+    assert path is None and "cannot be made" in why and "PYTHONPYCACHEPREFIX" not in env
+
+
+# --- scripts/gpu_probes.py: the independent checks of a GPU session ------------------------------
+
+
+def _probes():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_probes", ROOT / "scripts" / "gpu_probes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_probes_see_a_raise_a_warning_and_runs_that_differ():
+    import torch
+
+    probes = _probes()
+    alerting = (lambda: (torch.zeros(4),),
+                lambda x: x.put_(torch.zeros(2, dtype=torch.long), torch.ones(2), accumulate=False))
+    raised = probes.run(*alerting, mode="error", phase="program", grads=False)
+    assert raised["raised"] and "does not have a deterministic implementation" in raised["raised"]
+    warned = probes.run(*alerting, mode="warn_only", phase="program", grads=False)
+    assert warned["raised"] is None and warned["warned"] and warned["distinct"] == 1
+    counter = iter(range(100))
+    racing = probes.run(lambda: (torch.ones(3, requires_grad=True),), lambda x: x * float(next(counter)),
+                        mode="off", phase="program", grads=True)
+    assert racing == {"raised": None, "warned": [], "distinct": probes.RUNS, "runs": probes.RUNS}
+    assert not torch.are_deterministic_algorithms_enabled()  # each run leaves the mode off
+
+
+def test_the_probes_need_their_device(capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a machine with a GPU
+    assert _probes().main(["--device", "cuda"]) == 2
+    assert capsys.readouterr().err == "gpu_probes: no CUDA device here\n"
