@@ -37,29 +37,26 @@ SHIM = "conftest.py"
 SHIM_MAY_IMPORT = ("plugin", "__future__")
 
 
-def imported_modules(path: Path) -> set[str]:
-    """Every module a file imports, at any depth (function-level imports included)."""
+def _imported(path: Path, *, names: bool) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module)
+            found.update([f"{node.module}.{alias.name}" for alias in node.names] if names else [node.module])
     return found
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (function-level imports included)."""
+    return _imported(path, names=False)
 
 
 def imported_names(path: Path) -> set[str]:
     """:func:`imported_modules`, with each name a ``from`` import takes (``from reports import
     manifest`` is ``reports.manifest``): what an allowance names."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return found
+    return _imported(path, names=True)
 
 
 def _allowed(name: str, allowed: tuple[str, ...]) -> bool:
