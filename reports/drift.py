@@ -35,7 +35,7 @@ import pandas as pd
 
 from reports.output import ArgumentParser, check_out_dir, emit, write_files
 from reports.records import ResultsError
-from reports.safe import csv_table, md_frame, terminal
+from reports.safe import csv_table, markdown_frame, terminal
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "published" / "drift"
 DEFAULT_HISTORY = DEFAULT_OUT / "spec-history.jsonl"
@@ -192,7 +192,7 @@ def key_history(presence: pd.DataFrame, versions: Sequence[str]) -> pd.DataFrame
 
 def _md_table(frame: pd.DataFrame) -> str:
     # Keys such as ``cumsum[floating|complex,cuda]`` hold pipes, which end a Markdown cell.
-    return md_frame(frame).to_markdown(index=False, disable_numparse=True)
+    return markdown_frame(frame)
 
 
 def render_markdown(events: pd.DataFrame, history: pd.DataFrame, versions: Sequence[str]) -> str:

@@ -42,7 +42,7 @@ import pandas as pd
 from detconf.vocabulary import COMPILERS, DISPLAY_ORDER, MODES, PHASES
 from reports.output import ArgumentParser, check_out_dir, emit, write_files
 from reports.records import DEFAULT_PHASE, EAGER, ResultsError, check_record
-from reports.safe import csv_table, md_cell, md_frame, terminal
+from reports.safe import csv_table, markdown_frame, md_cell, terminal
 
 #: A cell: what must agree for two rows to describe the same test.
 CELL = ("source", "doc_version", "entry_id", "phase", "device", "mode", "compile")
@@ -269,7 +269,7 @@ def markdown(a: ResultsFile, b: ResultsFile, frame: pd.DataFrame, line: str) -> 
         "",
         md_cell(line),
         "",
-        md_frame(frame.astype(object).where(frame.notna(), "")).to_markdown(index=False, disable_numparse=True),
+        markdown_frame(frame.astype(object).where(frame.notna(), "")),
         "",
     ]
     return "\n".join(lines)

@@ -24,7 +24,7 @@ from detconf.vocabulary import DEFAULT_SOURCES, SOURCE_NAMES
 from reports.answer import Answer, answer_for
 from reports.records import EAGER, PASSING, ROW_FIELDS, VERDICTS
 from reports.results import Results
-from reports.safe import csv_arrow, csv_text, holds_any, md_cell, one_line
+from reports.safe import csv_arrow, csv_text, holds_any, markdown_table, md_cell, one_line
 
 #: How a cell that was not run is shown (never the verdict ``missing`` of a planned case without a row).
 NOT_RUN_MARK = "—"
@@ -310,14 +310,11 @@ def _md_code(value) -> str:
 def _md_table(rows, headers, formats=None) -> str:
     """A GitHub Markdown table. ``formats``: one function per column turning a value into cell
     text (default: :func:`md_cell` everywhere)."""
-    from tabulate import tabulate
-
     if formats is None:
         rows = [[md_cell(v) for v in row] for row in rows]
     else:
         rows = [[f(v) for f, v in zip(formats, row)] for row in rows]
-    return tabulate(rows, headers=[md_cell(h) for h in headers], tablefmt="github",
-                    disable_numparse=True)
+    return markdown_table(rows, [md_cell(h) for h in headers])
 
 
 def _md_column(header: str, cells: list[str]) -> tuple[str, str, list[str]]:
@@ -326,15 +323,13 @@ def _md_column(header: str, cells: list[str]) -> tuple[str, str, list[str]]:
 
     tabulate lays out each column on its own: cells stripped, the column as wide as its widest
     cell and at least its header plus two, everything left-aligned. For printable ASCII that
-    is done here (the width of such text is its length); other text goes through tabulate,
-    which measures wide and combining characters."""
+    is done here (the width of such text is its length); other text goes through tabulate
+    (:func:`reports.safe.markdown_table`: one column per character on every machine)."""
     if header.isascii() and header.isprintable() and all(c.isascii() and c.isprintable() for c in cells):
         stripped = [c.strip() for c in cells]
         width = max(len(header) + 2, max(map(len, stripped), default=0))
         return f" {header.ljust(width)} |", "-" * (width + 2) + "|", [f" {c.ljust(width)} |" for c in stripped]
-    from tabulate import tabulate
-
-    lines = tabulate([[c] for c in cells], headers=[header], tablefmt="github", disable_numparse=True).split("\n")
+    lines = markdown_table([[c] for c in cells], [header]).split("\n")
     return lines[0][1:], lines[1][1:], [line[1:] for line in lines[2:]]
 
 

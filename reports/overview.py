@@ -15,7 +15,7 @@ from reports.load import load
 from reports.matrix import COLOURS, Matrix
 from reports.output import ArgumentParser, check_out_dir, emit, write_files, write_picture
 from reports.records import PASSING, ROW_FIELDS, VERDICTS, ResultsError
-from reports.safe import md_cell, terminal
+from reports.safe import markdown_table, md_cell, terminal
 
 
 def overview_rows(matrix: Matrix) -> list[dict]:
@@ -47,11 +47,8 @@ def bars_spec(rows: list[dict], title: str) -> dict:
 
 def overview_markdown(rows: list[dict], paths: list[str]) -> str:
     present = [v for v in VERDICTS if any(r["counts"][v] for r in rows)]
-    from tabulate import tabulate
-
-    table = tabulate([[md_cell(r["label"]), f"{r['passing']}/{r['total']}"] + [str(r["counts"][v]) for v in present]
-                      for r in rows], headers=["column", "passing"] + present, tablefmt="github",
-                     disable_numparse=True)
+    table = markdown_table([[md_cell(r["label"]), f"{r['passing']}/{r['total']}"] + [str(r["counts"][v]) for v in present]
+                            for r in rows], ["column", "passing"] + present)
     failing = [v for v in present if v not in PASSING]
     return "\n".join([
         "# detconf overview", "",

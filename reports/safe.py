@@ -8,9 +8,13 @@ by anyone; they are data, never markup or commands.
   written as numbers.
 - :func:`md_cell`: one line of Markdown table text, its punctuation backslash-escaped.
 - :func:`terminal`: control characters (ANSI escapes included) replaced by ``?``.
+- :func:`markdown_table`, :func:`markdown_frame`: GitHub Markdown tables laid out the same on every
+  machine (tabulate counts a wide character, such as the Ascend list's Chinese title, as two
+  columns only where the optional ``wcwidth`` package is installed: here every character is one).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from typing import TYPE_CHECKING, Any
@@ -18,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pandas only where a frame is made safe: the plugin's terminal lines need none of it
     import pandas as pd
 
-__all__ = ["csv_arrow", "csv_cell", "csv_column", "csv_frame", "csv_table", "csv_text", "md_cell", "md_frame",
-           "one_line", "terminal", "unicode_text"]
+__all__ = ["csv_arrow", "csv_cell", "csv_column", "csv_frame", "csv_table", "csv_text", "markdown_frame",
+           "markdown_table", "md_cell", "md_frame", "narrow_characters", "one_line", "terminal", "unicode_text"]
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -179,3 +183,31 @@ def unicode_text(text: str) -> str:
 def terminal(text: str) -> str:
     """``text`` with control characters (ANSI escape sequences among them) shown as ``?``; newlines kept."""
     return "\n".join(_CONTROL.sub("?", line) for line in str(text).split("\n"))
+
+
+@contextlib.contextmanager
+def narrow_characters():
+    """tabulate's layout with every character one column wide, whether or not ``wcwidth`` is
+    installed (the same bytes on every machine); its setting is put back after."""
+    import tabulate
+
+    saved = getattr(tabulate, "WIDE_CHARS_MODE", False)
+    tabulate.WIDE_CHARS_MODE = False
+    try:
+        yield
+    finally:
+        tabulate.WIDE_CHARS_MODE = saved
+
+
+def markdown_table(rows, headers) -> str:
+    """``rows`` under ``headers`` (cell text as given) as a GitHub Markdown table."""
+    from tabulate import tabulate
+
+    with narrow_characters():
+        return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def markdown_frame(frame: "pd.DataFrame") -> str:
+    """``frame`` (made safe by :func:`md_frame`) as a GitHub Markdown table, without its index."""
+    with narrow_characters():
+        return md_frame(frame).to_markdown(index=False, disable_numparse=True)

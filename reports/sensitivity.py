@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from reports.load import load
 from reports.output import ArgumentParser, check_out_dir, emit, write_files, write_picture
 from reports.records import EAGER, ResultsError
-from reports.safe import csv_table, md_cell, md_frame, terminal
+from reports.safe import csv_table, markdown_frame, md_cell, terminal
 
 SEEN, NOT_SEEN = "nondeterminism-seen", "no-difference-seen"
 
@@ -112,8 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         markdown = "\n".join(["# Positive-control sensitivity (`--mode off`)", "",
                               *(["![sensitivity per device](sensitivity.png)", ""] if args.out else []),
                               *[f"- {md_cell(line)}" for line in headline(frame)],
-                              "", md_frame(frame.astype(object).where(frame.notna(), "")).to_markdown(
-                                  index=False, disable_numparse=True), ""])
+                              "", markdown_frame(frame.astype(object).where(frame.notna(), "")), ""])
         if not args.out:
             emit(terminal(markdown))
             return 0

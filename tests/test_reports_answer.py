@@ -216,3 +216,22 @@ def test_every_published_table_is_what_this_checkout_builds():
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, (out.stdout + out.stderr)[-2000:]
     assert "all as this checkout builds them" in out.stdout
+
+
+def test_markdown_tables_are_the_same_with_or_without_wcwidth(monkeypatch):
+    """tabulate counts a wide character as two columns where the optional wcwidth package is
+    installed: the reports' tables count one, so every machine writes the same bytes."""
+    import types
+
+    import tabulate
+
+    from reports import safe
+
+    rows, headers = [["Ascend (确定性计算API支持清单)", "conforms"]], ["sentence", "cpu/error"]
+    plain = safe.markdown_table(rows, headers)
+    monkeypatch.setattr(tabulate, "WIDE_CHARS_MODE", True)  # as where wcwidth is installed
+    monkeypatch.setattr(tabulate, "wcwidth", types.SimpleNamespace(
+        wcswidth=lambda s: sum(2 if ord(c) > 0x2e80 else 1 for c in s)), raising=False)
+    assert tabulate.tabulate(rows, headers=headers, tablefmt="github") != plain  # the difference is real
+    assert safe.markdown_table(rows, headers) == plain
+    assert tabulate.WIDE_CHARS_MODE is True  # put back
