@@ -291,11 +291,12 @@ def test_digest_is_of_the_kept_lines_in_matrix_order(tmp_path):
 def test_markdown_column_is_what_tabulate_makes(header, cells):
     from tabulate import tabulate
 
-    from reports.safe import md_cell
+    from reports.safe import md_cell, narrow_characters
 
     header, cells = md_cell(header), [md_cell(c) for c in cells]
     head, rule, pieces = _md_column(header, cells)
-    expected = tabulate([[c] for c in cells], headers=[header], tablefmt="github", disable_numparse=True)
+    with narrow_characters():  # one column per character, wcwidth or not (reports.safe)
+        expected = tabulate([[c] for c in cells], headers=[header], tablefmt="github", disable_numparse=True)
     assert "\n".join(["|" + head, "|" + rule] + ["|" + p for p in pieces]) == expected
 
 
@@ -304,7 +305,7 @@ def test_markdown_matrix_is_what_tabulate_makes(tmp_path):
     from tabulate import tabulate
 
     from reports.matrix import HEADINGS, ENTRY_COLUMNS, NOT_RUN_MARK, _md_code
-    from reports.safe import md_cell
+    from reports.safe import md_cell, narrow_characters
 
     path = tmp_path / "r.jsonl"
     entries = [("a|b", "x × y"), ("`t`", "wide 確定"), ("c", "  pad  ")]
@@ -318,8 +319,9 @@ def test_markdown_matrix_is_what_tabulate_makes(tmp_path):
             + [NOT_RUN_MARK if v is None else v for v in cells]
             for attrs, cells in zip(matrix.entries[cols].itertuples(index=False, name=None), matrix.cells.tolist())]
     assert rows[-1][-1] == NOT_RUN_MARK
-    expected = tabulate(rows, headers=[md_cell(HEADINGS[c]) for c in cols] + [md_cell(x) for x in matrix.labels],
-                        tablefmt="github", disable_numparse=True)
+    with narrow_characters():
+        expected = tabulate(rows, headers=[md_cell(HEADINGS[c]) for c in cols] + [md_cell(x) for x in matrix.labels],
+                            tablefmt="github", disable_numparse=True)
     assert expected in (tmp_path / "out" / "matrix.md").read_text(encoding="utf-8")
 
 
