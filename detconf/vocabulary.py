@@ -11,6 +11,9 @@ REPORT_FILES = ("matrix.csv", "results.csv", "matrix.md", "matrix.html", "matrix
 
 #: Version of the results-file format (docs/results-schema.md).
 SCHEMA_VERSION = 3
+#: The longest line a results file may hold: the writer never comes near it, every reader rejects
+#: a longer one (it bounds what one line can cost).
+MAX_LINE_BYTES = 16 << 20
 #: Older schema versions readers still take (1: rows without phase or reach; 2: rows without
 #: the compile setting, which are eager).
 READABLE_SCHEMAS = (1, 2, 3)

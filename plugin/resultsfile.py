@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from detconf.vocabulary import SCHEMA_VERSION
+from detconf.vocabulary import MAX_LINE_BYTES, SCHEMA_VERSION
 
 
 def in_use(shown: str) -> str:
@@ -32,8 +32,6 @@ def _locked(path: Path) -> bool:
     return False
 
 
-#: The longest line a results file may hold (the reports' limit, reports.lines.MAX_LINE_BYTES).
-MAX_LINE_BYTES = 16 << 20
 #: (device, inode, size, mtime) of existing results files found readable line by line in this
 #: process: the check when the run takes the file's lock does not read it all again.
 _READABLE: set[tuple[int, int, int, int]] = set()

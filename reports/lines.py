@@ -11,10 +11,10 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
+from detconf.vocabulary import MAX_LINE_BYTES
+
 #: Bytes of a file read (and parsed) at a time.
 CHUNK_BYTES = 32 << 20
-#: A longer line is rejected (no results line comes near it; it bounds what one line can cost).
-MAX_LINE_BYTES = 16 << 20
 #: A line nested deeper is rejected (result rows nest five levels or so).
 MAX_DEPTH = 100
 
