@@ -5,7 +5,8 @@ module belongs to) from any folder; ``detconf report SUB [args]`` is ``python -m
 (build, diff, drift, sensitivity, certify, verify and whatever else the reports CLI knows: its
 own parser answers for the subcommand); ``detconf gpu-run [options] [-- pytest args]`` checks and
 installs the requirements from a wheel folder, runs every step of the suite on a GPU machine and
-archives what they wrote (:mod:`detconf.gpurun`). Bad input: one line on standard error, exit
+archives what they wrote (:mod:`detconf.gpurun`); ``detconf gpu-pack`` packs the suite, the wheels a
+lent GPU lacks and the revision into one folder for a device call (:mod:`detconf.gpupack`). Bad input: one line on standard error, exit
 status 2.
 """
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pathlib import Path
 from detconf.suite import suite_root
 
 USAGE = ("usage: detconf run [pytest args] | detconf report {build,diff,drift,sensitivity,certify,verify,fingerprints} "
-         "[args] | detconf gpu-run [--wheels DIR] [--steps LIST] [--device NAME] [--out DIR] [-n N] [-- pytest args]")
+         "[args] | detconf gpu-run [--wheels DIR] [--steps LIST] [--device NAME] [--budget S] [--out DIR] [-n N] "
+         "[-- pytest args] | detconf gpu-pack [--out DIR] [--alert-tests FILE]")
 
 
 def _error(message: str) -> int:
@@ -61,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         from detconf import gpurun
 
         return gpurun.main(rest)
+    if command == "gpu-pack":
+        from detconf import gpupack
+
+        return gpupack.main(rest)
     return _error(f"unknown command {command[:40]!r}; {USAGE}")
 
 

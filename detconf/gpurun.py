@@ -1,34 +1,45 @@
-"""``detconf gpu-run``: the whole suite on a GPU machine in one command, offline.
+"""``detconf gpu-run``: the whole suite on a GPU machine in one command, offline, inside a budget.
 
-A GPU runner usually has its own torch, many other packages and no network. This command
+A GPU runner usually has its own torch, many other packages and no network; a lent GPU has a few
+minutes. This command
 
 1. checks the suite's requirements (``requirements-base.txt``; the distributions they need in
-   turn) against the installed distributions (``importlib.metadata``; torch only as a
-   distribution, never imported here) and says exactly which wheels to bring: names, version
-   specifiers, and this interpreter's tags (``cp312``, the platform). With ``--wheels DIR`` it
-   installs them from that folder into the running interpreter
-   (``python -m pip install --no-index --no-deps --find-links DIR ...``), reading each wheel's
-   own requirements first so that nothing is left out;
-2. runs the steps, each a ``python -m pytest ...`` subprocess from the suite's root, with a
-   progress line at each start and end (step, time, wall seconds, exit status):
+   turn) against the installed distributions (:mod:`detconf.wheels`; torch only as a
+   distribution, never imported here) and says exactly which wheels to bring; with ``--wheels
+   DIR`` it installs them from that folder into the running interpreter, offline;
+2. describes the machine (a child python imports torch) and refuses a device torch cannot see:
+   ``--device cuda`` on a machine whose torch sees no GPU is one line naming torch's CUDA build
+   and the driver, before any step spends the window;
+3. runs the steps in this order, each a subprocess from the suite's root, with a progress line at
+   each start and end (step, time, wall seconds, exit status):
 
+   ``probes``      independent plain-torch checks (``scripts/gpu_probes.py``) on the GPU: quick,
+                   and what the suite's CUDA verdicts rest on, so they run first
    ``documented``  the default sources in modes error, warn_only and off
    ``compiled``    torch-docs under Inductor, modes error and warn_only
    ``sweep``       torch's OpInfo database, mode error
-   ``stress``      the stress tier (Hypothesis profile ``stress``) over torch-docs, where the suite has
-                   that profile (else a line says it has not)
+   ``stress``      the stress tier (Hypothesis profile ``stress``) over torch-docs, three modes
+   ``speed``       ``benchmarks/bench_alert_tests.py``: torch-docs at ``-n 0`` against PyTorch's
+                   own alert tests (``--alert-tests``, a ``test_torch.py`` of the installed release)
    ``tests``       the harness's own tests
 
-3. writes everything under ``--out`` (default ``reports/out/gpu-run-<UTC time>/``): ``results/``
-   (one results file per step, each with its ``<name>-report/`` matrix), ``logs/`` (each
-   step's output), ``machine.json`` (GPU model, driver, CUDA, cuDNN, torch and its git hash,
-   math-mode settings, CPUs, Python, platform, distributions), ``steps.json`` (each step's
-   command, start, wall time and exit status), ``COMMAND.md`` (the command line, the machine,
-   the suite's commit, the date), and one archive of all of it, ``<out name>.tar.gz``.
+   With ``--budget SECONDS`` the whole command ends within that time (plus the few seconds a
+   stopped step and the last archive take): a step starts only when at least its minimum is left
+   (else it is skipped with a line saying what was left and what it needs), and a running step is
+   interrupted when the budget runs out (its pytest gets SIGINT and writes its end record, then the
+   process group is killed) and recorded as ``cut``;
+4. writes everything under ``--out``: ``results/`` (one results file per step, each with its
+   ``<name>-report/`` matrix), ``logs/`` (each step's output), ``console.log`` (every line this
+   command printed), ``requirements.json`` (what was checked, installed or is missing, and the
+   ``pip download`` that fetches it), ``machine.json`` (GPU model, driver, CUDA, cuDNN, torch,
+   math modes, CPUs, Python, platform, the suite's revision), ``steps.json`` and ``COMMAND.md``,
+   and one archive of all of it (``--archive``; default ``<out>/<out name>.tar.gz``). The records
+   and the archive are rewritten after every step and when a SIGTERM, SIGINT or SIGHUP arrives,
+   so a run stopped at any point leaves them complete.
 
-Exit status: 0 every step passed (or was skipped); 1 a step failed (the last line names each
-one), or requirements are missing or could not be installed; 2 bad input (one line on stderr:
-an unknown step or device, a missing wheel folder, an output folder that is not empty).
+Exit status: 0 every step passed (or was skipped); 1 a step failed, was cut by the budget or
+tested nothing (a pytest step without a complete results file: ``-- --help``, ``-- --co``), or
+requirements are missing; 2 bad input (one line on stderr); 128+N when stopped by signal N.
 
 This module imports neither torch nor the suite's engine: what it needs to know about torch and
 the devices it asks a child ``python -c`` (:data:`PROBE`).
@@ -37,279 +48,94 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import email.parser
-import importlib.metadata as metadata
 import json
 import os
 import platform
 import re
 import shlex
+import signal
 import subprocess
 import sys
-import sysconfig
 import tarfile
+import threading
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NoReturn, Sequence
 
-try:  # the suite requires packaging; pip's own copy answers where it is missing (it may be a wheel to bring)
-    from packaging.markers import default_environment
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.tags import sys_tags
-    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-    from packaging.version import InvalidVersion, Version
-except ImportError:  # pragma: no cover - exercised only where packaging is absent
-    from pip._vendor.packaging.markers import default_environment  # type: ignore[no-redef]
-    from pip._vendor.packaging.requirements import InvalidRequirement, Requirement  # type: ignore[no-redef]
-    from pip._vendor.packaging.tags import sys_tags  # type: ignore[no-redef]
-    from pip._vendor.packaging.utils import (  # type: ignore[no-redef]
-        InvalidWheelFilename, canonicalize_name, parse_wheel_filename,
-    )
-    from pip._vendor.packaging.version import InvalidVersion, Version  # type: ignore[no-redef]
+from detconf import wheels as _wheels
+from detconf.revision import revision
+from detconf.wheels import (  # noqa: F401 - part of this command's interface
+    BadInput, Check, Need, check, interpreter_tag, python_tag, read_requirements, suite_requirements,
+)
 
 PROG = "detconf gpu-run"
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-#: The distribution the suite tests: it must be installed (the machine's own build); never
-#: installed, upgraded or imported by this command.
-TORCH = "torch"
 #: Environment variables of an enclosing pytest (xdist) that must not reach the steps' pytest.
 _ENCLOSING_PYTEST = ("PYTEST_XDIST_", "PYTEST_CURRENT_TEST")
+#: Seconds of a budget kept for the end: the last records and the archive.
+RESERVE_S = 5.0
+#: Seconds an interrupted step gets to write its end record before its process group is killed.
+GRACE_S = 3.0
+#: The smallest budget that can do anything (the machine's description alone imports torch).
+MIN_BUDGET_S = 20
+#: The signals that stop a run with its records written.
+STOP_SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGTERM", "SIGINT", "SIGHUP")) if s is not None)
 
 
-class BadInput(Exception):
-    """A problem with the command line or its paths: one line, exit status 2."""
+class Stopped(BaseException):
+    """A stop signal arrived (raised by the handler in the main thread)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
-# ----------------------------------------------------------------------------- requirements
+# ----------------------------------------------------------------------------- console
 
 
-@dataclass(frozen=True)
-class Need:
-    """A distribution the suite needs that is absent, or present in a version that does not do."""
+class Console:
+    """Where :func:`say` writes: the terminal, and ``console.log`` once the output folder exists."""
 
-    requirement: str  # e.g. "jsonschema>=4.18"
-    why: str  # who requires it: "requirements-base.txt", "jsonschema 4.23.0"
-    installed: str | None = None  # the version installed, when it is the wrong one
+    sink = None  # an open text file
 
-    def line(self) -> str:
-        have = f"; {self.installed} is installed" if self.installed else ""
-        return f"{self.requirement}  (required by {self.why}{have})"
+    @classmethod
+    def open(cls, path: Path) -> None:
+        cls.sink = open(path, "a", encoding="utf-8")
 
-
-@dataclass
-class Check:
-    """What the requirements walk found."""
-
-    needs: list[Need] = field(default_factory=list)  # to bring (not in the wheel folder, or no folder)
-    install: list[tuple[str, str, Path]] = field(default_factory=list)  # (name, version, wheel) from --wheels
-    notes: list[str] = field(default_factory=list)  # problems of installed packages that do not block
-    torch: str | None = None  # the installed torch's version
-    checked: dict[str, str] = field(default_factory=dict)  # name -> installed version, every one walked
-
-    @property
-    def satisfied(self) -> bool:
-        return not self.needs and not self.install and self.torch is not None
+    @classmethod
+    def close(cls) -> None:
+        if cls.sink is not None:
+            cls.sink.close()
+            cls.sink = None
 
 
-def python_tag() -> str:
-    """This interpreter's wheel tag, e.g. ``cp312`` (``pp310`` for PyPy)."""
-    impl = {"cpython": "cp", "pypy": "pp"}.get(sys.implementation.name, sys.implementation.name[:2])
-    return f"{impl}{sys.version_info.major}{sys.version_info.minor}"
+def show(line: str) -> None:
+    print(line, flush=True)
+    if Console.sink is not None:
+        Console.sink.write(line + "\n")
+        Console.sink.flush()
 
 
-def interpreter_tag() -> str:
-    """The most specific tag this interpreter installs, e.g. ``cp312-cp312-manylinux_2_39_x86_64``."""
-    return str(next(iter(sys_tags())))
+def say(message: str) -> None:
+    show(f"gpu-run: {message}")
 
 
-def read_requirements(path: Path, _seen: frozenset = frozenset()) -> list[Requirement]:
-    """The requirements of a pip requirements file (``-r`` includes followed; other options
-    skipped). A line that is not a requirement is bad input."""
-    if path.resolve() in _seen:
-        return []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read the requirements file ({exc.strerror or exc})") from None
-    out: list[Requirement] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split(" #", 1)[0].strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith(("-r ", "--requirement ")):
-            include = line.split(None, 1)[1].strip()
-            out += read_requirements(path.parent / include, _seen | {path.resolve()})
-            continue
-        if line.startswith("-"):
-            continue  # an index or other option: nothing to check
-        try:
-            out.append(Requirement(line))
-        except InvalidRequirement as exc:
-            raise BadInput(f"{path}:{number}: not a requirement ({exc})") from None
-    return out
+class Clock:
+    """The command's budget: seconds left until its end, less what the end needs."""
 
+    def __init__(self, budget: float | None, start: float | None = None):
+        self.budget = budget
+        self.start = time.monotonic() if start is None else start
 
-def suite_requirements(root: Path | None) -> tuple[list[Requirement], str]:
-    """The suite's requirements but torch, and where they were read: the checkout's
-    ``requirements-base.txt``, else the installed detconf distribution's metadata."""
-    if root is not None and (root / "requirements-base.txt").is_file():
-        path = root / "requirements-base.txt"
-        return [r for r in read_requirements(path) if canonicalize_name(r.name) != TORCH], path.name
-    try:
-        declared = metadata.requires("detconf") or []
-    except metadata.PackageNotFoundError:
-        raise BadInput("cannot find the suite's requirements (no requirements-base.txt, detconf not installed): "
-                       "pass --requirements FILE") from None
-    reqs = [Requirement(text) for text in declared]
-    return [r for r in reqs if canonicalize_name(r.name) != TORCH and _applies(r, "")], "detconf's metadata"
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
 
-
-def _applies(req: Requirement, extra: str) -> bool:
-    if req.marker is None:
-        return True
-    env = dict(default_environment())
-    env["extra"] = extra
-    return bool(req.marker.evaluate(env))
-
-
-def _satisfies(req: Requirement, version: str) -> bool:
-    if not req.specifier:
-        return True
-    try:
-        return req.specifier.contains(Version(version), prereleases=True)
-    except InvalidVersion:
-        return False
-
-
-def _installed() -> dict[str, metadata.Distribution]:
-    """Installed distributions by canonical name: the first on ``sys.path`` wins, as for imports."""
-    out: dict[str, metadata.Distribution] = {}
-    for dist in metadata.distributions():
-        name = dist.metadata["Name"] if dist.metadata else None
-        if name and canonicalize_name(name) not in out:
-            out[canonicalize_name(name)] = dist
-    return out
-
-
-@dataclass(frozen=True)
-class Wheel:
-    path: Path
-    name: str
-    version: str
-    compatible: bool
-
-    def requires(self) -> list[str]:
-        """``Requires-Dist`` of the wheel's METADATA."""
-        try:
-            with zipfile.ZipFile(self.path) as z:
-                meta = next((n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
-                if meta is None:
-                    return []
-                message = email.parser.Parser().parsestr(z.read(meta).decode("utf-8", "replace"))
-        except (OSError, zipfile.BadZipFile) as exc:
-            raise BadInput(f"{self.path}: not a readable wheel ({exc})") from None
-        return message.get_all("Requires-Dist") or []
-
-
-def wheels_in(folder: Path) -> dict[str, list[Wheel]]:
-    """The wheels of a folder by canonical name, best first (compatible, then newest)."""
-    supported = set(sys_tags())
-    out: dict[str, list[Wheel]] = {}
-    for path in sorted(folder.glob("*.whl")):
-        try:
-            name, version, _, tags = parse_wheel_filename(path.name)
-        except (InvalidWheelFilename, InvalidVersion):
-            continue
-        out.setdefault(canonicalize_name(name), []).append(
-            Wheel(path, str(name), str(version), compatible=bool(set(tags) & supported)))
-    for found in out.values():
-        found.sort(key=lambda w: (Version(w.version), w.path.name), reverse=True)  # newest first,
-        found.sort(key=lambda w: not w.compatible)  # then (a stable sort) those this interpreter takes
-    return out
-
-
-def check(requirements: Sequence[Requirement], origin: str, wheels: Path | None = None) -> Check:
-    """Walk the requirements and what they require in turn (markers evaluated for this
-    interpreter): what is installed and does, what the wheel folder provides, what must be
-    brought. Installed packages' own dependencies are walked too: one that is absent is needed;
-    one whose version is off is only noted (the package works, or pip would have said)."""
-    installed = _installed()
-    offered = wheels_in(wheels) if wheels is not None else {}
-    result = Check()
-    torch_dist = installed.get(TORCH)
-    result.torch = torch_dist.version if torch_dist is not None else None
-    queue: list[tuple[Requirement, str, bool]] = [(r, origin, True) for r in requirements]
-    done: set[str] = {TORCH}  # torch's own dependencies are its build's business
-    planned: dict[str, str] = {}
-    while queue:
-        req, why, direct = queue.pop(0)
-        name = canonicalize_name(req.name)
-        if name in planned:
-            if not _satisfies(req, planned[name]):
-                result.needs.append(Need(str(req), why, installed=f"{planned[name]} (from the wheel folder)"))
-            continue
-        dist = installed.get(name)
-        if dist is not None and _satisfies(req, dist.version):
-            result.checked[name] = dist.version
-            if name not in done:
-                done.add(name)
-                for text in dist.requires or []:
-                    sub = _parse(text, dist)
-                    if sub is not None and any(_applies(sub, extra) for extra in ("", *sorted(req.extras))):
-                        queue.append((sub, f"{dist.metadata['Name']} {dist.version}", False))
-            continue
-        if dist is not None and not direct and not why.endswith("(from the wheel folder)"):
-            result.notes.append(f"{dist.metadata['Name']} {dist.version} is installed; {why} asks for {req}")
-            done.add(name)
-            continue
-        wheel = next((w for w in offered.get(name, []) if w.compatible and _satisfies(req, w.version)), None)
-        if wheel is None:
-            result.needs.append(Need(str(req), why, installed=dist.version if dist is not None else None))
-            done.add(name)
-            continue
-        planned[name] = wheel.version
-        result.install.append((wheel.name, wheel.version, wheel.path))
-        for text in wheel.requires():
-            sub = _parse(text, None)
-            if sub is not None and any(_applies(sub, extra) for extra in ("", *sorted(req.extras))):
-                queue.append((sub, f"{wheel.name} {wheel.version} (from the wheel folder)", False))
-    return result
-
-
-def _parse(text: str, dist) -> Requirement | None:
-    try:
-        return Requirement(text)
-    except InvalidRequirement:
-        return None  # a malformed dependency of an installed package is not the suite's to judge
-
-
-def why_not_offered(name: str, wheels: Path) -> str:
-    """Why the wheel folder has no usable wheel of ``name`` (for the missing list)."""
-    found = wheels_in(wheels).get(canonicalize_name(name), [])
-    if not found:
-        return "no wheel of it in the folder"
-    return "; ".join(f"{w.path.name}: " + ("not for this interpreter" if not w.compatible else "version does not do")
-                     for w in found)
-
-
-def pip_download_hint(needs: Sequence[Need]) -> str:
-    """The command that fetches the missing wheels (and their dependencies) on a machine with a
-    network, for this interpreter."""
-    tag = interpreter_tag().split("-")
-    v = sys.version_info
-    args = ["python3", "-m", "pip", "download", "--only-binary=:all:", "--dest", "wheels",
-            "--python-version", f"{v.major}.{v.minor}", "--implementation", tag[0][:2], "--abi", tag[1],
-            "--platform", tag[2], *[n.requirement for n in needs]]
-    return shlex.join(args)
-
-
-def externally_managed() -> bool:
-    """Does pip refuse to install into this interpreter (PEP 668) unless told otherwise?"""
-    if sys.prefix != sys.base_prefix:
-        return False
-    return (Path(sysconfig.get_path("stdlib")) / "EXTERNALLY-MANAGED").is_file()
+    def left(self) -> float | None:
+        """Seconds a step may still use (``None``: no budget)."""
+        if self.budget is None:
+            return None
+        return max(0.0, self.budget - RESERVE_S - self.elapsed())
 
 
 # ----------------------------------------------------------------------------- machine
@@ -351,12 +177,19 @@ def nvidia_smi():
     run = subprocess.run(["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total",
                           "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
     return run.stdout.strip().splitlines() if run.returncode == 0 else None
+def driver():
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as fh:
+            return fh.readline().strip() or None
+    except OSError:
+        return None
 def backends():
     from engine.devices import backends
     return {name: b.describe() for name, b in sorted(backends().items())}
 part("torch", describe_torch)
 part("gpus", gpus)
 part("nvidia_smi", nvidia_smi)
+part("driver", driver)
 part("backends", backends)
 def math_mode():
     from engine import mathmode
@@ -374,11 +207,11 @@ sys.stdout.write("\nDETCONF_PROBE " + json.dumps(info, default=str, sort_keys=Tr
 '''
 
 
-def probe(root: Path, env: dict) -> dict:
+def probe(root: Path, env: dict, timeout: float | None = None) -> dict:
     """The machine as the child sees it (:data:`PROBE`)."""
     try:
         run = subprocess.run([sys.executable, "-c", PROBE], cwd=root, capture_output=True, text=True,
-                             env=env, timeout=600)
+                             env=env, timeout=600 if timeout is None else max(1.0, timeout))
     except (OSError, subprocess.SubprocessError) as exc:
         return {"errors": {"probe": f"{type(exc).__name__}: {exc}"}}
     for line in reversed(run.stdout.splitlines()):
@@ -410,20 +243,6 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def suite_commit(root: Path) -> tuple[str, bool | None]:
-    """``git rev-parse HEAD`` of the suite's checkout and whether tracked files changed;
-    ``("unknown", None)`` where it is no checkout (or git is absent)."""
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
-        if head.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40}", head.stdout.strip()):
-            return "unknown", None
-        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, timeout=60)
-        return head.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return "unknown", None
-
-
 def machine_line(machine: dict) -> str:
     """One line: GPUs, driver, CUDA, cuDNN, torch, Python, CPUs, platform."""
     torch = machine.get("torch") or {}
@@ -448,6 +267,28 @@ def machine_line(machine: dict) -> str:
     return ", ".join(parts)
 
 
+def no_gpu_line(name: str, machine: dict) -> str:
+    """Why ``name`` cannot run here, in one line naming torch's build and the driver."""
+    torch = machine.get("torch") or {}
+    if not torch:
+        error = (machine.get("errors") or {}).get("torch", "unknown error")
+        return f"device {name!r} is not available here: torch cannot be imported ({' '.join(str(error).split())[:200]})"
+    version = torch.get("version")
+    if name == "cuda":
+        build = (f"a CUDA {torch['cuda']} build" if torch.get("cuda") else
+                 f"a ROCm {torch['hip']} build" if torch.get("hip") else "a CPU-only build (torch.version.cuda is None)")
+        smi = machine.get("nvidia_smi") or []
+        driver = machine.get("driver")
+        if smi:
+            seen = f"nvidia-smi sees {'; '.join(smi)[:200]}"
+        elif driver:
+            seen = f"driver: {driver[:160]}"
+        else:
+            seen = "no NVIDIA driver found (no /proc/driver/nvidia/version, no working nvidia-smi)"
+        return f"device 'cuda' is not available here: torch {version} is {build} and sees no GPU; {seen}"
+    return f"device {name!r} is not available here (torch {version})"
+
+
 # ----------------------------------------------------------------------------- steps
 
 
@@ -456,28 +297,79 @@ class Step:
     name: str
     letter: str
     what: str
-    args: Callable[["Plan"], list[str] | None]  # pytest arguments (None: no results file to keep)
+    args: Callable[["Plan"], list[str]]  # the command after the interpreter (a pytest's arguments, or a script's)
+    kind: str = "pytest"  # "pytest": python -m pytest ARGS; "script": python ARGS
     results: bool = True  # writes a results file results/<name>.jsonl
+    min_s: float = 30.0  # not started with less left of the budget
+    typical_s: float = 60.0  # wall seconds on the first H100 run (16 cores, -n auto), for the skip line
+    needs: Callable[["Plan"], str | None] = lambda plan: None  # why it cannot run here (None: it can)
 
 
-def _conformance(*extra: str, profile: str = "ci") -> Callable[["Plan"], list[str]]:
+def _conformance(*extra: str, profile: str = "ci", with_cpu: bool = False) -> Callable[["Plan"], list[str]]:
+    """A conformance step's pytest arguments; ``with_cpu``: the CPU too, beside a GPU (the
+    documented step: the machine's CPU rows are the positive control of the same run)."""
     def args(plan: "Plan") -> list[str]:
-        devices = [a for d in plan.devices for a in ("--device", d)]
+        chosen = list(plan.devices) + (["cpu"] if with_cpu and "cpu" not in plan.devices else [])
+        devices = [a for d in chosen for a in ("--device", d)]
         return ["conformance", "-n", plan.workers, "--hypothesis-profile", profile, *devices, *extra]
     return args
 
 
+def _gpu(plan: "Plan") -> str | None:
+    """The device the GPU-only steps use: the first one asked for that is not the CPU."""
+    return next((d for d in plan.devices if d != "cpu"), None)
+
+
+def _needs_probes(plan: "Plan") -> str | None:
+    if _gpu(plan) is None:
+        return "the probes are for a GPU: no device but the CPU here"
+    if not (plan.root / "scripts" / "gpu_probes.py").is_file():
+        return "scripts/gpu_probes.py is not here (an installed suite; run from a checkout or a pack)"
+    return None
+
+
+def _needs_stress(plan: "Plan") -> str | None:
+    return None if has_stress(plan) else "not available: no Hypothesis profile 'stress'"
+
+
+def _needs_speed(plan: "Plan") -> str | None:
+    if _gpu(plan) is None:
+        return "the speed comparison is for a GPU: no device but the CPU here"
+    if plan.alert_tests is None:
+        return "no --alert-tests FILE (PyTorch's test_torch.py of the installed release)"
+    if not (plan.root / "benchmarks" / "bench_alert_tests.py").is_file():
+        return "benchmarks/bench_alert_tests.py is not here (an installed suite)"
+    return None
+
+
+def _needs_tests(plan: "Plan") -> str | None:
+    return None if (plan.root / "tests").is_dir() else "no tests folder (an installed suite; run it from a checkout)"
+
+
 STEPS: dict[str, Step] = {s.name: s for s in (
-    Step("documented", "a", "the documented sources in modes error, warn_only and off",
-         _conformance("--mode", "error", "--mode", "warn_only", "--mode", "off")),
+    Step("probes", "p", "independent plain-torch checks on the GPU (scripts/gpu_probes.py)",
+         lambda plan: [str(plan.root / "scripts" / "gpu_probes.py"), "--device", _gpu(plan) or "cuda",
+                       "--json", str(plan.out / "probes.json")],
+         kind="script", results=False, min_s=10, typical_s=30, needs=_needs_probes),
+    Step("documented", "a", "the documented sources in modes error, warn_only and off, on the devices and the CPU",
+         _conformance("--mode", "error", "--mode", "warn_only", "--mode", "off", with_cpu=True), min_s=45,
+         typical_s=130),
     Step("compiled", "b", "torch-docs compiled with Inductor, modes error and warn_only",
-         _conformance("--compile", "inductor", "--source", "torch-docs", "--mode", "error", "--mode", "warn_only")),
-    Step("sweep", "c", "the OpInfo sweep, mode error", _conformance("--source", "sweep", "--mode", "error")),
+         _conformance("--compile", "inductor", "--source", "torch-docs", "--mode", "error", "--mode", "warn_only"),
+         min_s=30, typical_s=52),
+    Step("sweep", "c", "the OpInfo sweep, mode error", _conformance("--source", "sweep", "--mode", "error"),
+         min_s=30, typical_s=58),
     Step("stress", "d", "the stress tier over torch-docs, modes error, warn_only and off",
          _conformance("--source", "torch-docs", "--mode", "error", "--mode", "warn_only", "--mode", "off",
-                      profile="stress")),
+                      profile="stress"), min_s=30, typical_s=60, needs=_needs_stress),
+    Step("speed", "s", "torch-docs at -n 0 against PyTorch's own alert tests, same machine "
+         "(benchmarks/bench_alert_tests.py)",
+         lambda plan: [str(plan.root / "benchmarks" / "bench_alert_tests.py"), str(plan.alert_tests),
+                       "--device", _gpu(plan) or "cuda", "--repeat", "1"],
+         kind="script", results=False, min_s=45, typical_s=70, needs=_needs_speed),
     Step("tests", "e", "the harness's own tests",
-         lambda plan: ["tests", "-n", plan.workers, "-p", "no:cacheprovider"], results=False),
+         lambda plan: ["tests", "-n", plan.workers, "-p", "no:cacheprovider"], results=False, min_s=60,
+         typical_s=225, needs=_needs_tests),
 )}
 
 
@@ -492,12 +384,14 @@ class Plan:
     quiet: bool
     env: dict
     checkout: bool
+    clock: Clock = field(default_factory=lambda: Clock(None))
+    alert_tests: Path | None = None
 
 
 @dataclass
 class StepResult:
     step: str
-    status: str  # passed, failed, skipped, interrupted
+    status: str  # passed, failed, skipped, cut (by the budget), interrupted (a signal), tested-nothing
     exit_status: int | None = None
     started: str | None = None
     wall_s: float | None = None
@@ -509,12 +403,12 @@ class StepResult:
     reason: str | None = None
 
 
+#: Statuses that make the command fail.
+FAILING = ("failed", "cut", "interrupted", "tested-nothing")
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def say(message: str) -> None:
-    print(f"gpu-run: {message}", flush=True)
 
 
 def pytest_command(plan: Plan, args: list[str]) -> list[str]:
@@ -527,7 +421,7 @@ def pytest_command(plan: Plan, args: list[str]) -> list[str]:
             "-o", f"cache_dir={plan.out / '.pytest_cache'}", *rest]
 
 
-def has_stress(plan: Plan) -> bool:
+def has_stress(plan) -> bool:
     """Does the suite register the Hypothesis profile ``stress`` (conformance/profiles.py)?"""
     try:
         text = (plan.root / "conformance" / "profiles.py").read_text(encoding="utf-8")
@@ -536,26 +430,62 @@ def has_stress(plan: Plan) -> bool:
     return re.search(r"""^\s*["']stress["']\s*:""", text, re.MULTILINE) is not None
 
 
-def _stream(command: list[str], cwd: Path, env: dict, log: Path, quiet: bool) -> int:
-    """Run ``command``, its output (stdout and stderr together) to ``log`` and, unless quiet, to ours."""
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+def _pump(stream, log: Path, quiet: bool) -> None:
+    with open(log, "ab") as sink:
+        for line in iter(stream.readline, b""):
+            sink.write(line)
+            sink.flush()
+            if not quiet:
+                sys.stdout.buffer.write(line)
+                sys.stdout.flush()
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_child(proc: subprocess.Popen, grace: float = GRACE_S) -> None:
+    """Interrupt a step's process group (pytest writes its end record on SIGINT), then kill it."""
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGINT)
         try:
-            assert proc.stdout is not None
-            for line in iter(proc.stdout.readline, b""):
-                sink.write(line)
-                if not quiet:
-                    sys.stdout.buffer.write(line)
-                    sys.stdout.flush()
-            return proc.wait()
-        except BaseException:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            raise
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_group(proc, signal.SIGKILL)  # what is left of the group: workers, their children
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a process SIGKILL does not end
+        pass
+
+
+def run_bounded(command: list[str], cwd: Path, env: dict, log: Path, quiet: bool,
+                timeout: float | None) -> tuple[int, bool]:
+    """Run ``command`` in a process group of its own, its output (stdout and stderr together) to
+    ``log`` and, unless quiet, to ours; stopped after ``timeout`` seconds. (exit status, cut?)"""
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=os.setpgrp)
+    pump = threading.Thread(target=_pump, args=(proc.stdout, log, quiet), daemon=True)
+    pump.start()
+    cut = False
+    try:
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            cut = True
+            stop_child(proc)
+            code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+    except BaseException:  # a stop signal or an interrupt: the step's group goes with us
+        stop_child(proc)
+        raise
+    finally:
+        pump.join(timeout=GRACE_S)
+    if proc.returncode is not None and proc.poll() is not None and not cut:
+        _signal_group(proc, signal.SIGKILL)  # workers a step left behind hold the GPU
+    return code, cut
 
 
 def _end_record(results: Path) -> dict | None:
@@ -578,73 +508,112 @@ def _end_record(results: Path) -> dict | None:
 
 def build_report(plan: Plan, results: Path) -> str | None:
     """The matrix folder beside a results file: the suite's own (``<results>-report/``), else
-    built here with ``python -m reports build``."""
+    built here with ``python -m reports build`` (bounded by the budget)."""
     folder = results.with_name(results.stem + "-report")
     if folder.is_dir() and any(folder.iterdir()):
         return str(folder.relative_to(plan.out))
     if not results.is_file():
         return None
-    run = subprocess.run([sys.executable, "-m", "reports", "build", str(results), "--out", str(folder), "--quiet"],
-                         cwd=plan.root, env=plan.env, capture_output=True, text=True)
-    if run.returncode != 0:
-        say(f"could not build the report of {results.name}: {' '.join(run.stderr.split())[:300]}")
+    left = plan.clock.left()
+    if left is not None and left < 5:
+        say(f"no report for {results.name}: the budget is spent (build it later: python -m reports build {results})")
+        return None
+    try:
+        code, cut = run_bounded([sys.executable, "-m", "reports", "build", str(results), "--out", str(folder), "--quiet"],
+                                plan.root, plan.env, plan.out / "logs" / f"{results.stem}-report.log", True, left)
+    except OSError as exc:
+        say(f"could not build the report of {results.name}: {exc}")
+        return None
+    if code != 0 or cut:
+        say(f"could not build the report of {results.name}" + (" within the budget" if cut else
+                                                              f" (exit status {code}; logs/{results.stem}-report.log)"))
         return None
     return str(folder.relative_to(plan.out))
 
 
-def run_step(plan: Plan, step: Step, number: int, total: int) -> StepResult:
+def skip(label: str, step: Step, reason: str) -> StepResult:
+    say(f"{label}: skipped: {reason}")
+    return StepResult(step.name, "skipped", reason=reason)
+
+
+def run_step(plan: Plan, step: Step, number: int, total: int, on_start: Callable[[StepResult], None] = lambda r: None) -> StepResult:
     label = f"[{number}/{total}] {step.name}"
-    if step.name == "tests" and not (plan.root / "tests").is_dir():
-        say(f"{label}: skipped: the suite has no tests folder here (an installed suite; run it from a checkout)")
-        return StepResult(step.name, "skipped", reason="no tests folder (an installed suite)")
-    if step.name == "stress" and not has_stress(plan):
-        say(f"{label}: skipped: this suite has no stress tier (no Hypothesis profile 'stress')")
-        return StepResult(step.name, "skipped", reason="not available: no Hypothesis profile 'stress'")
+    why = step.needs(plan)
+    if why is not None:
+        return skip(label, step, why)
+    left = plan.clock.left()
+    if left is not None and left < step.min_s:
+        return skip(label, step, f"{left:.0f} s of the budget left, the step needs at least {step.min_s:.0f} s "
+                                 f"(typically {step.typical_s:.0f} s on an H100 with 16 cores)")
     args = step.args(plan)
     results = None
     if step.results:
         results = plan.out / "results" / f"{step.name}.jsonl"
         args += ["--results", str(results)]
-    args += plan.pytest_args
-    command = pytest_command(plan, args)
+    if step.kind == "pytest":
+        command = pytest_command(plan, args + plan.pytest_args)
+    else:
+        command = [sys.executable, *args]
     log = plan.out / "logs" / f"{step.name}.log"
     started = _now()
-    say(f"{label}: start {started}: {shlex.join(['python', *command[1:]])}")
-    t0 = time.monotonic()
-    status = "passed"
-    try:
-        code = _stream(command, plan.root if plan.checkout else Path.cwd(), plan.env, log, plan.quiet)
-    except KeyboardInterrupt:
-        code, status = 130, "interrupted"
-    wall = round(time.monotonic() - t0, 1)
-    if status != "interrupted" and code != 0:
-        status = "failed"
-    say(f"{label}: exit status {code} ({status}) after {wall:.1f} s")
-    result = StepResult(step.name, status, code, started, wall, ["python", *command[1:]],
+    budget = f" (at most {left:.0f} s)" if left is not None else ""
+    say(f"{label}: start {started}{budget}: {shlex.join(['python', *command[1:]])}")
+    result = StepResult(step.name, "running", None, started, None, ["python", *command[1:]],
                         str(log.relative_to(plan.out)))
-    if results is not None:
-        result.results = str(results.relative_to(plan.out)) if results.is_file() else None
-        result.end_record = _end_record(results)
-        result.report = build_report(plan, results)
+    on_start(result)
+    t0 = time.monotonic()
+    try:
+        code, cut = run_bounded(command, plan.root if plan.checkout else Path.cwd(), plan.env, log, plan.quiet, left)
+    except (Stopped, KeyboardInterrupt) as exc:
+        result.status, result.exit_status = "interrupted", 128 + getattr(exc, "signum", signal.SIGINT)
+        result.wall_s = round(time.monotonic() - t0, 1)
+        _results_of(plan, result, results, report=False)
+        say(f"{label}: interrupted after {result.wall_s:.1f} s")
+        raise
+    result.wall_s = round(time.monotonic() - t0, 1)
+    result.exit_status = code
+    result.status = "cut" if cut else "passed" if code == 0 else "failed"
+    _results_of(plan, result, results, report=True)
+    if result.status == "passed" and step.kind == "pytest" and step.results and not _tested(result.end_record):
+        result.status = "tested-nothing"
+        result.reason = "pytest exited 0 without a complete results file (nothing was judged)"
+    what = {"cut": " (cut: the budget ran out)", "tested-nothing": " (tested nothing: no complete results file)"}
+    say(f"{label}: exit status {code} ({result.status}) after {result.wall_s:.1f} s{what.get(result.status, '')}")
     return result
+
+
+def _tested(end: dict | None) -> bool:
+    return bool(end) and end.get("outcome") == "complete" and (end.get("written") or 0) > 0
+
+
+def _results_of(plan: Plan, result: StepResult, results: Path | None, *, report: bool) -> None:
+    if results is None:
+        return
+    result.results = str(results.relative_to(plan.out)) if results.is_file() else None
+    result.end_record = _end_record(results)
+    if report:
+        result.report = build_report(plan, results)
 
 
 # ----------------------------------------------------------------------------- outputs
 
 
-def command_md(argv: Sequence[str], machine: dict, steps: list[StepResult], installed: list[str]) -> str:
+def command_md(argv: Sequence[str], machine: dict, steps: list[StepResult], installed: list[str],
+               *, budget: float | None = None, state: str = "finished") -> str:
     suite = machine.get("suite") or {}
-    commit = suite.get("commit", "unknown")
+    commit = suite.get("commit") or "unknown"
     if suite.get("dirty"):
-        commit += " (with uncommitted changes to tracked files)"
+        commit += " (with changes: " + ", ".join((suite.get("changed") or [])[:10]) + ")"
+    source = {"pack": " (from the pack's revision file)", "git": " (git checkout)"}.get(suite.get("revision_source"), "")
     lines = [
         f"# detconf gpu-run, {machine.get('date')}",
         "",
         f"- Command: `{shlex.join(['detconf', 'gpu-run', *argv])}` (run in `{machine.get('cwd')}`)",
         f"- Machine: {machine_line(machine)}",
-        f"- Suite: commit {commit}, at `{suite.get('root')}`",
+        f"- Suite: {suite.get('describe') or 'revision unknown'}, commit {commit}{source}, at `{suite.get('root')}`",
         f"- Date: {machine.get('date')}",
         f"- Devices: {', '.join(machine.get('devices') or [])}",
+        f"- Budget: {f'{budget:.0f} s' if budget is not None else 'none'}; state: {state}",
     ]
     if installed:
         lines.append(f"- Installed from the wheel folder: {', '.join(installed)}")
@@ -657,26 +626,61 @@ def command_md(argv: Sequence[str], machine: dict, steps: list[StepResult], inst
         cases = (f"{end.get('written')} of {end.get('planned')} planned ({end.get('outcome')})"
                  if end.get("planned") is not None else "")
         command = shlex.join(s.command or []).replace("|", "\\|")
-        lines.append(f"| {s.step} | `{command}` | {s.started} | {s.wall_s:.1f} s | "
-                     f"{s.exit_status} ({s.status}) | {cases} |")
-    lines += ["", "Files: `machine.json` (the machine in full), `steps.json` (the table above), `results/` (each "
-              "step's results file and its `-report/` matrix), `logs/` (each step's output).", ""]
+        wall = f"{s.wall_s:.1f} s" if s.wall_s is not None else "running"
+        lines.append(f"| {s.step} | `{command}` | {s.started} | {wall} | {s.exit_status} ({s.status}) | {cases} |")
+    lines += ["", "Files: `machine.json` (the machine in full), `steps.json` (the table above), `console.log` (what "
+              "the command printed), `requirements.json`, `results/` (each step's results file and its `-report/` "
+              "matrix), `logs/` (each step's output), `probes.json` (the probes' results).", ""]
     return "\n".join(lines)
 
 
-def write_archive(out: Path) -> Path:
-    """``<out>/<out name>.tar.gz``: everything in the output folder, under the folder's name."""
-    archive = out / f"{out.name}.tar.gz"
-    partial = out / f".{out.name}.tar.gz.partial"
-    with tarfile.open(partial, "w:gz") as tar:
+def _write(path: Path, text: str) -> None:
+    """Write a file whole or not at all (a stop during the write leaves the last complete one)."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
+
+def write_archive(out: Path, archive: Path | None = None) -> Path:
+    """Everything in the output folder, under the folder's name, as one ``.tar.gz`` (default
+    ``<out>/<out name>.tar.gz``), replaced whole."""
+    archive = archive or out / f"{out.name}.tar.gz"
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    partial = archive.with_name(f".{archive.name}.partial")
+    with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
         for path in sorted(out.rglob("*")):
-            if path in (archive, partial) or not (path.is_file() or path.is_dir()) or path.is_symlink():
+            if path in (archive, partial) or path.name.endswith(".partial") or path.is_symlink():
                 continue
-            if ".pytest_cache" in path.relative_to(out).parts:
+            if not (path.is_file() or path.is_dir()) or ".pytest_cache" in path.relative_to(out).parts:
                 continue
             tar.add(path, arcname=f"{out.name}/{path.relative_to(out)}", recursive=False)
     os.replace(partial, archive)
     return archive
+
+
+@dataclass
+class Record:
+    """What a run has written so far; :meth:`write` rewrites the records and the archive."""
+
+    out: Path
+    argv: list[str]
+    archive: Path | None
+    budget: float | None
+    machine: dict = field(default_factory=dict)
+    steps: list[StepResult] = field(default_factory=list)
+    installed: list[str] = field(default_factory=list)
+    requirements: dict = field(default_factory=dict)
+    state: str = "starting"
+
+    def write(self, state: str | None = None) -> Path:
+        if state is not None:
+            self.state = state
+        _write(self.out / "machine.json", json.dumps(self.machine, indent=2, sort_keys=True, default=str) + "\n")
+        _write(self.out / "requirements.json", json.dumps(self.requirements, indent=2, default=str) + "\n")
+        _write(self.out / "steps.json", json.dumps([s.__dict__ for s in self.steps], indent=2) + "\n")
+        _write(self.out / "COMMAND.md", command_md(self.argv, self.machine, self.steps, self.installed,
+                                                   budget=self.budget, state=self.state))
+        return write_archive(self.out, self.archive)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -688,18 +692,27 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Run the whole suite on a GPU machine, offline; one archive of it all.",
-                epilog="Arguments after `--` go to every step's pytest (e.g. -- -k put_). "
-                       "Exit status: 0 all passed, 1 a step failed or requirements are missing, 2 bad input.")
+    p = _Parser(prog=PROG, description="Run the whole suite on a GPU machine, offline, inside a budget; one archive "
+                                       "of it all, rewritten after every step.",
+                epilog="Arguments after `--` go to every step's pytest (e.g. -- -k put_). Exit status: 0 all passed, "
+                       "1 a step failed, was cut by the budget or tested nothing, or requirements are missing, "
+                       "2 bad input, 128+N stopped by signal N.")
     p.add_argument("--wheels", metavar="DIR", help="install what is missing from the wheels in DIR (no network)")
     p.add_argument("--check", action="store_true",
                    help="only check the requirements (and, with --wheels, install them); run no step")
     p.add_argument("--device", action="append", metavar="NAME",
-                   help="device to run on (repeatable); default: cuda where available, else cpu")
+                   help="device to run on (repeatable); refused in one line where torch cannot see it; "
+                        "default: cuda where available, else cpu (said in a line)")
     p.add_argument("--steps", metavar="LIST", default=",".join(STEPS),
-                   help=f"comma-separated steps out of {', '.join(STEPS)} (or their letters a-e); default: all")
+                   help=f"comma-separated steps out of {', '.join(STEPS)} (or their letters "
+                        f"{', '.join(s.letter for s in STEPS.values())}); default: all")
+    p.add_argument("--budget", metavar="SECONDS", help="end the whole command within this many seconds: a step "
+                   "starts only when its minimum is left, a running step is cut when the time is up")
     p.add_argument("-n", dest="workers", metavar="N", default="auto", help="pytest-xdist workers per step (default auto)")
     p.add_argument("--out", metavar="DIR", help="output folder (default reports/out/gpu-run-<UTC time>/); new or empty")
+    p.add_argument("--archive", metavar="FILE", help="where the archive goes (default <out>/<out name>.tar.gz)")
+    p.add_argument("--alert-tests", metavar="FILE",
+                   help="PyTorch's test_torch.py of the installed release, for the speed step")
     p.add_argument("--requirements", metavar="FILE",
                    help="requirements to check instead of the suite's requirements-base.txt")
     p.add_argument("--pip-option", action="append", default=[], metavar="OPT",
@@ -714,7 +727,8 @@ def _steps(text: str) -> list[str]:
     for word in (w.strip() for w in text.split(",")):
         name = letters.get(word, word)
         if name not in STEPS:
-            raise BadInput(f"unknown step {word[:40]!r}; steps: {', '.join(STEPS)} (or a-e)")
+            raise BadInput(f"unknown step {word[:40]!r}; steps: {', '.join(STEPS)} "
+                           f"(or {', '.join(s.letter for s in STEPS.values())})")
         if name not in chosen:
             chosen.append(name)
     return [name for name in STEPS if name in chosen]  # always in the documented order
@@ -726,6 +740,18 @@ def _workers(text: str) -> str:
     raise BadInput(f"-n {text[:40]!r}: a number of workers, or auto")
 
 
+def _budget(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadInput(f"--budget {text[:40]!r}: a number of seconds") from None
+    if not value >= MIN_BUDGET_S or value > 7 * 86400:
+        raise BadInput(f"--budget {text[:40]!r}: between {MIN_BUDGET_S} seconds and a week")
+    return value
+
+
 def _out_dir(text: str | None, root: Path, checkout: bool) -> Path:
     if text is None:
         base = (root if checkout else Path.cwd()) / "reports" / "out"
@@ -733,16 +759,33 @@ def _out_dir(text: str | None, root: Path, checkout: bool) -> Path:
         return base / f"gpu-run-{stamp}"
     out = Path(text).absolute()
     if out.exists() or out.is_symlink():
-        if not out.is_dir():
+        if not out.is_dir() or out.is_symlink():
             raise BadInput(f"--out {text}: exists and is not a folder")
         if any(out.iterdir()):
-            raise BadInput(f"--out {text}: the folder is not empty (each run gets a folder of its own)")
-    for parent in out.parents:
+            raise BadInput(f"--out {text}: the folder is not empty (each run gets a folder of its own: "
+                           "give a new one, or leave --out out for reports/out/gpu-run-<UTC time>/)")
+    _creatable(out, "--out", text)
+    return out
+
+
+def _creatable(path: Path, option: str, text: str) -> None:
+    for parent in path.parents:
         if parent.exists():
             if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-                raise BadInput(f"--out {text}: cannot create the folder in {parent}")
-            break
-    return out
+                raise BadInput(f"{option} {text}: cannot create it in {parent}")
+            return
+
+
+def _archive_path(text: str | None) -> Path | None:
+    if text is None:
+        return None
+    path = Path(text).absolute()
+    if not path.name.endswith((".tar.gz", ".tgz")):
+        raise BadInput(f"--archive {text}: name it *.tar.gz")
+    if path.exists() and not path.is_file():
+        raise BadInput(f"--archive {text}: exists and is not a file")
+    _creatable(path, "--archive", text)
+    return path
 
 
 def bytecode_cache(env: dict, cache_home: Path | None = None) -> tuple[str | None, str]:
@@ -785,81 +828,62 @@ def _child_env() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith(_ENCLOSING_PYTEST)}
 
 
-def recheck(requirements: Path | None, root: Path | None, env: dict) -> Check | None:
-    """The requirements checked again in a fresh interpreter (what pip just installed, e.g. into a
-    user site folder that did not exist at our start, is seen there)."""
-    code = ("import json, sys; from pathlib import Path; from detconf import gpurun as g\n"
-            "req = sys.argv[1]; root = Path(sys.argv[2]) if sys.argv[2] else None\n"
-            "reqs, origin = (g.read_requirements(Path(req)), Path(req).name) if req else g.suite_requirements(root)\n"
-            "c = g.check(reqs, origin)\n"
-            "print(json.dumps({'needs': [n.line() for n in c.needs], 'torch': c.torch}))\n")
-    package_parent = str(Path(__file__).resolve().parent.parent)
-    run = subprocess.run([sys.executable, "-c", code, str(requirements or ""), str(root or "")],
-                         capture_output=True, text=True, env={**env, "PYTHONPATH": os.pathsep.join(
-                             filter(None, [package_parent, env.get("PYTHONPATH")]))}, cwd=package_parent)
-    if run.returncode != 0:
-        return None
-    data = json.loads(run.stdout.strip().splitlines()[-1])
-    c = Check(torch=data["torch"])
-    c.needs = [Need(line, "") for line in data["needs"]]
-    return c
+class _Handlers:
+    """Stop signals raise :class:`Stopped` in the main thread, once: a second signal during the
+    last write is ignored, so the records it writes are whole."""
 
+    def __init__(self) -> None:
+        self.previous: dict[int, object] = {}
+        self.stopping = False
 
-def install(check_result: Check, wheels: Path, pip_options: list[str], env: dict) -> int:
-    specs = [f"{name}=={version}" for name, version, _ in check_result.install]
-    command = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--find-links", str(wheels),
-               "--disable-pip-version-check", *pip_options, *specs]
-    say(f"installing {len(specs)} from {wheels}: {shlex.join(['python', *command[1:]])}")
-    run = subprocess.run(command, capture_output=True, text=True, env=env)
-    if run.returncode != 0:
-        tail = " ".join(run.stderr.strip().splitlines()[-4:])
-        say(f"pip install failed (exit status {run.returncode}): {tail[-600:]}")
-        if "externally-managed" in run.stderr or externally_managed():
-            say("this interpreter is externally managed (PEP 668): use a venv made with --system-site-packages "
-                "(it sees this torch), or add --pip-option=--user or --pip-option=--break-system-packages")
-    return run.returncode
+    def _handle(self, signum, frame) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        raise Stopped(signum)
 
+    def __enter__(self) -> "_Handlers":
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
 
-def report_requirements(result: Check, wheels: Path | None) -> None:
-    if result.torch is None:
-        say("torch is not installed: install this machine's own torch build first (gpu-run never installs torch)")
-    else:
-        say(f"torch {result.torch} is installed (kept as it is)")
-    for note in result.notes:
-        say(f"note: {note}")
-    if not result.needs:
-        return
-    where = f" (not usable in {wheels})" if wheels is not None else ""
-    say(f"missing {len(result.needs)}{where}; bring wheels for Python {python_tag()} "
-        f"({interpreter_tag()}; pure-Python wheels are py3-none-any):")
-    for need in result.needs:
-        extra = f"  [{why_not_offered(Requirement(need.requirement).name, wheels)}]" if wheels is not None else ""
-        print(f"  {need.line()}{extra}", flush=True)
-    if wheels is None:
-        say("their own dependencies are checked once the wheels are here (run again with --wheels DIR)")
-    say(f"on a machine with a network: {pip_download_hint(result.needs)}")
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: Sequence[str] | None = None, *, root: Path | None = None) -> int:
+    start = time.monotonic()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _main(argv, root)
+        with _Handlers():
+            return _main(argv, root, start)
     except BadInput as exc:
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        line = f"{PROG}: error: {' '.join(str(exc).split())}"
+        if Console.sink is not None:
+            Console.sink.write(line + "\n")
+        print(line, file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:  # before or between the steps (a step's own interrupt is recorded)
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Stopped) as exc:  # before the output folder exists
+        print(f"{PROG}: stopped", file=sys.stderr)
+        return 128 + getattr(exc, "signum", signal.SIGINT)
+    finally:
+        Console.close()
 
 
-def _main(argv: list[str], root: Path | None) -> int:
+def _main(argv: list[str], root: Path | None, start: float) -> int:
     own, pytest_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     args = parser().parse_args(own)
     steps = _steps(args.steps)
     workers = _workers(args.workers)
+    clock = Clock(_budget(args.budget), start)
     wheels = Path(args.wheels) if args.wheels else None
     if wheels is not None and not wheels.is_dir():
         raise BadInput(f"--wheels {args.wheels}: no such folder")
+    alert_tests = Path(args.alert_tests).absolute() if args.alert_tests else None
+    if alert_tests is not None and not alert_tests.is_file():
+        raise BadInput(f"--alert-tests {args.alert_tests}: no such file")
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         raise BadInput("PYTEST_DISABLE_PLUGIN_AUTOLOAD is set: pytest would load neither detconf's plugin nor xdist; unset it")
     if root is None:
@@ -869,7 +893,6 @@ def _main(argv: list[str], root: Path | None) -> int:
     if root is None:
         raise BadInput("cannot find the conformance suite (the 'conformance' package): run from a checkout or reinstall detconf")
     checkout = (root / "pytest.ini").is_file()
-    out = None if args.check else _out_dir(args.out, root, checkout)
     requirements_file = Path(args.requirements) if args.requirements else None
     if requirements_file is not None:
         if not requirements_file.is_file():
@@ -878,85 +901,150 @@ def _main(argv: list[str], root: Path | None) -> int:
     else:
         requirements, origin = suite_requirements(root)
     env = _child_env()
-
-    # 1. Requirements.
-    say(f"checking {len(requirements)} requirements ({origin}) and what they need, for Python {python_tag()}")
-    result = check(requirements, origin, wheels)
-    report_requirements(result, wheels)
-    if result.needs or result.torch is None:
-        return EXIT_FAILED
-    installed_now: list[str] = []
-    if result.install:
-        assert wheels is not None
-        if install(result, wheels, args.pip_option, env) != 0:
-            return EXIT_FAILED
-        installed_now = [f"{name} {version}" for name, version, _ in result.install]
-        again = recheck(requirements_file.absolute() if requirements_file else None, root, env)
-        if again is None or again.needs:
-            if again is not None:
-                report_requirements(again, None)
-            say("still missing after the install" + ("" if again is not None else " (the check could not run again)"))
-            return EXIT_FAILED
-        say(f"installed {', '.join(installed_now)}; every requirement is installed now")
-    else:
-        say("every requirement is installed")
     if args.check:
-        return EXIT_OK
+        return _requirements(requirements, origin, wheels, requirements_file, root, env, args.pip_option, None, clock)
 
-    # 2. The machine, and the devices asked for.
-    machine = {"date": _now(), "command": ["detconf", "gpu-run", *argv], "cwd": str(Path.cwd())}
-    say("describing the machine (a child python imports torch)")
-    machine.update(probe(root, env))
-    cache, why = bytecode_cache(env)
-    machine["bytecode_cache"] = {"path": cache, "why": why}
-    if cache is not None:
-        say(f"bytecode cache: {cache} ({why})")
-    table = machine.get("backends")
-    if not isinstance(table, dict):
-        raise BadInput(f"cannot ask the suite about devices: {(machine.get('errors') or {}).get('backends', 'unknown error')}")
-    devices = args.device or ["cuda" if (table.get("cuda") or {}).get("available") else "cpu"]
-    for name in devices:
-        if name not in table:
-            raise BadInput(f"unknown device {name[:40]!r}; known: {', '.join(sorted(table))}")
-        if not table[name].get("available"):
-            raise BadInput(f"device {name!r} is not available here")
-    commit, dirty = suite_commit(root)
-    machine.update({"devices": devices, "host": host(),
-                    "suite": {"root": str(root), "commit": commit, "dirty": dirty, "checkout": checkout},
-                    "requirements": {"origin": origin, "installed_from_wheels": installed_now,
-                                     "versions": dict(sorted(result.checked.items())), "notes": result.notes}})
-    assert out is not None
+    out = _out_dir(args.out, root, checkout)
+    archive = _archive_path(args.archive)
     for sub in ("results", "logs"):
         (out / sub).mkdir(parents=True, exist_ok=True)
-    (out / "machine.json").write_text(json.dumps(machine, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    say(f"machine: {machine_line(machine)}")
-    say(f"suite: {root} at {commit}; output: {out}")
+    Console.open(out / "console.log")
+    record = Record(out, argv, archive, clock.budget)
+    record.machine = {"date": _now(), "command": ["detconf", "gpu-run", *argv], "cwd": str(Path.cwd())}
+    try:
+        return _run(record, args, steps, workers, clock, wheels, alert_tests, root, checkout,
+                    requirements, origin, requirements_file, env, pytest_args)
+    except (Stopped, KeyboardInterrupt) as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        name = signal.Signals(signum).name
+        for s in record.steps:
+            if s.status == "running":
+                s.status, s.exit_status = "interrupted", 128 + signum
+        state = f"stopped by {name} after {clock.elapsed():.1f} s"
+        say(f"{state}; writing the records and the archive")
+        say(f"wrote {record.write(state)}")
+        return 128 + signum
+    except BadInput as exc:
+        say(f"error: {' '.join(str(exc).split())}")
+        record.write(f"refused: {' '.join(str(exc).split())}")
+        Console.close()
+        raise
+    except Exception as exc:  # a fault of this command: said in one line, its traceback kept in console.log
+        import traceback
 
-    # 3. The steps.
-    plan = Plan(root, out, devices, workers, steps, pytest_args, args.quiet, env, checkout)
-    done: list[StepResult] = []
-    interrupted = False
-    for number, name in enumerate(steps, 1):
-        result_step = run_step(plan, STEPS[name], number, len(steps))
-        done.append(result_step)
-        if result_step.status == "interrupted":
-            interrupted = True
-            break
-
-    # 4. What it wrote.
-    (out / "steps.json").write_text(json.dumps([s.__dict__ for s in done], indent=2) + "\n", encoding="utf-8")
-    (out / "COMMAND.md").write_text(command_md(argv, machine, done, installed_now), encoding="utf-8")
-    archive = write_archive(out)
-    say(f"wrote {archive}")
-    failed = [s for s in done if s.status in ("failed", "interrupted")]
-    if interrupted:
-        say("interrupted: " + ", ".join(f"{s.step} (exit status {s.exit_status})" for s in failed))
-        return 130
-    if failed:
-        say("failed steps: " + ", ".join(f"{s.step} (exit status {s.exit_status})" for s in failed))
+        if Console.sink is not None:
+            Console.sink.write(traceback.format_exc())
+        say(f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]} (traceback in console.log)")
+        try:
+            say(f"wrote {record.write(f'internal error: {type(exc).__name__}')}")
+        except Exception as again:  # noqa: BLE001 - the records themselves cannot be written
+            say(f"could not write the records: {type(again).__name__}: {again}")
         return EXIT_FAILED
-    say("every step passed" + (" (skipped: " + ", ".join(s.step for s in done if s.status == "skipped") + ")"
-                               if any(s.status == "skipped" for s in done) else ""))
+
+
+def _requirements(requirements, origin, wheels, requirements_file, root, env, pip_options, record, clock) -> int | None:
+    """Check (and install) the requirements; an exit status when the run cannot go on, else None
+    (with --check: 0)."""
+    say(f"checking {len(requirements)} requirements ({origin}) and what they need, for Python {python_tag()}")
+    result = check(requirements, origin, wheels)
+    _wheels.report_requirements(result, wheels, say=say, show=show)
+    state = {"origin": origin, "torch": result.torch, "needs": [n.line() for n in result.needs],
+             "notes": result.notes, "versions": dict(sorted(result.checked.items())),
+             "to_install": [f"{n} {v}" for n, v, _ in result.install]}
+    if result.needs:
+        state["pip_download"] = _wheels.pip_download_hint(result.needs)
+    if record is not None:
+        record.requirements = state
+    if result.needs or result.torch is None:
+        return EXIT_FAILED
+    if result.install:
+        assert wheels is not None
+        if _wheels.install(result, wheels, pip_options, env, say=say) != 0:
+            return EXIT_FAILED
+        installed = [f"{name} {version}" for name, version, _ in result.install]
+        again = _wheels.recheck(requirements_file.absolute() if requirements_file else None, root, env)
+        if again is None or again.needs:
+            if again is not None:
+                _wheels.report_requirements(again, None, say=say, show=show)
+                state["needs"] = [n.line() for n in again.needs]
+            say("still missing after the install" + ("" if again is not None else " (the check could not run again)"))
+            return EXIT_FAILED
+        state["installed"] = installed
+        if record is not None:
+            record.installed = installed
+        say(f"installed {', '.join(installed)}; every requirement is installed now")
+    else:
+        say("every requirement is installed")
+    return EXIT_OK if record is None else None
+
+
+def _run(record: Record, args, steps, workers, clock, wheels, alert_tests, root, checkout,
+         requirements, origin, requirements_file, env, pytest_args) -> int:
+    out = record.out
+    if clock.budget is not None:
+        say(f"budget: {clock.budget:.0f} s (this command ends by then; {RESERVE_S:.0f} s of it kept for the archive)")
+    record.write("checking requirements")
+
+    # 1. Requirements.
+    code = _requirements(requirements, origin, wheels, requirements_file, root, env, args.pip_option, record, clock)
+    if code is not None:
+        written = record.write("requirements missing")
+        say(f"wrote {written}")
+        return code
+
+    # 2. The machine, and the devices asked for.
+    say("describing the machine (a child python imports torch)")
+    record.machine.update(probe(root, env, timeout=clock.left()))
+    cache, why = bytecode_cache(env)
+    record.machine["bytecode_cache"] = {"path": cache, "why": why}
+    if cache is not None:
+        say(f"bytecode cache: {cache} ({why})")
+    rev = revision(root)
+    record.machine["host"] = host()
+    record.machine["suite"] = {"root": str(root), "commit": rev.commit, "describe": rev.describe, "dirty": rev.dirty,
+                               "changed": list(rev.changed[:50]), "revision_source": rev.source, "checkout": checkout}
+    record.machine["requirements"] = record.requirements
+    table = record.machine.get("backends")
+    if not isinstance(table, dict):
+        errors = record.machine.get("errors") or {}
+        raise BadInput(f"cannot ask the suite about devices: {errors.get('backends') or errors.get('probe') or 'unknown error'}")
+    if args.device:
+        devices = args.device
+        for name in devices:
+            if name not in table:
+                raise BadInput(f"unknown device {name[:40]!r}; known: {', '.join(sorted(table))}")
+            if not table[name].get("available"):
+                raise BadInput(no_gpu_line(name, record.machine))
+    elif (table.get("cuda") or {}).get("available"):
+        devices = ["cuda"]
+    else:
+        devices = ["cpu"]
+        say(f"no GPU: {no_gpu_line('cuda', record.machine).split(': ', 1)[1]}; running on the CPU "
+            "(--device cuda refuses instead)")
+    record.machine["devices"] = devices
+    say(f"machine: {machine_line(record.machine)}")
+    say(f"suite: {root} at {rev.label} ({rev.source}); output: {out}")
+    record.write("running")
+
+    # 3. The steps, the records and the archive rewritten after each.
+    plan = Plan(root, out, devices, workers, steps, pytest_args, args.quiet, env, checkout, clock, alert_tests)
+    for number, name in enumerate(steps, 1):
+        result = run_step(plan, STEPS[name], number, len(steps), on_start=record.steps.append)
+        if result not in record.steps:
+            record.steps.append(result)
+        record.write()
+
+    # 4. The end.
+    failed = [s for s in record.steps if s.status in FAILING]
+    state = "finished" + (f" after {clock.elapsed():.1f} s of a {clock.budget:.0f} s budget"
+                          if clock.budget is not None else f" after {clock.elapsed():.1f} s")
+    say(f"{state}; writing the records and the archive")
+    say(f"wrote {record.write(state)}")
+    if failed:
+        say("failed steps: " + ", ".join(f"{s.step} ({s.status}, exit status {s.exit_status})" for s in failed))
+        return EXIT_FAILED
+    skipped = [s.step for s in record.steps if s.status == "skipped"]
+    say("every step passed" + (f" (skipped: {', '.join(skipped)})" if skipped else ""))
     return EXIT_OK
 
 

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from detconf.revision import revision
 from detconf.vocabulary import DEFAULT_MODES
 from plugin.options import ROOT, compilers
 
@@ -18,22 +19,10 @@ def environment(config: pytest.Config) -> dict:
 
     from engine import mathmode
 
-    def git(*args: str) -> str | None:
-        # Only the suite's own checkout counts: an installed copy inside some other repository
-        # (a venv in a project folder) must not report that repository's commit.
-        if not (ROOT / ".git").exists():
-            return None
-        try:
-            out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
-
-    def git_revision() -> str:
-        return git("describe", "--always", "--dirty") or _installed_version()
-
-    commit = git("rev-parse", "--verify", "HEAD^{commit}")
-    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    # Only the suite's own checkout counts (an installed copy inside some other repository, a venv
+    # in a project folder, must not report that repository's commit); a pack's copy of the tree
+    # carries its revision in a file (detconf.revision).
+    rev = revision(ROOT)
     shard = getattr(config, "_detconf_shard", None)
 
     devices = [b.describe() for b in config._detconf_backends]
@@ -47,9 +36,11 @@ def environment(config: pytest.Config) -> dict:
         "driver": versions.get("driver"),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "suite_revision": git_revision(),
-        "suite_commit": commit,
-        "suite_dirty": None if status is None else bool(status),
+        "suite_revision": rev.label if rev.source != "unknown" else _installed_version(),
+        "suite_commit": rev.commit,
+        "suite_dirty": rev.dirty,
+        "suite_changed": list(rev.changed[:50]),
+        "suite_revision_source": rev.source,
         "shard": None if shard is None else "{}/{}".format(*shard),
         "hypothesis_profile": settings._current_profile,
         "hypothesis_seed": config.getoption("hypothesis_seed", None),

@@ -94,6 +94,108 @@ def checks(device: str):
            lambda x: torch.cumsum(x, 0), False)
 
 
+# --- what the emulated GPU (tests/emulated_gpu.py) assumes, class by class, asked of the real one ---
+
+
+def _winner(out: torch.Tensor, rows: int) -> str:
+    """Which of ``rows`` duplicate writes (write j carries the value j) is in ``out[0]``."""
+    won = int(out.reshape(-1)[0].item())
+    return "first" if won == 0 else "last" if won == rows - 1 else f"write {won} of {rows}"
+
+
+def _on(mode: str, fn):
+    torch.use_deterministic_algorithms(mode != "off", warn_only=mode == "warn_only")
+    try:
+        return fn()
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def emulation(device: str) -> dict:
+    """One fact per class the emulation models: TF32, duplicate-write winners, random streams,
+    eigenvector signs, accumulation order, alerts, routes."""
+    facts: dict = {}
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    facts["tf32.defaults"] = {"cudnn.allow_tf32": cudnn.allow_tf32, "cuda.matmul.allow_tf32": matmul.allow_tf32,
+                              "float32_matmul_precision": torch.get_float32_matmul_precision()}
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(4, 16, 32, 32, generator=g), torch.randn(32, 16, 3, 3, generator=g)
+    exact = F.conv2d(x.double(), w.double())
+    tf32 = {}
+    for mode in ("error", "off"):
+        out = _on(mode, lambda: F.conv2d(x.to(device), w.to(device)).cpu())
+        tf32[mode] = out
+        facts[f"tf32.conv2d.{mode}.rel_err"] = float((out.double() - exact).abs().max() / exact.abs().max())
+    facts["tf32.conv2d.error_vs_off_bitwise_equal"] = bool(torch.equal(tf32["error"], tf32["off"]))
+    a, b = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
+    mm = (a.to(device) @ b.to(device)).cpu().double()
+    facts["tf32.mm.rel_err"] = float((mm - a.double() @ b.double()).abs().max() / (a.double() @ b.double()).abs().max())
+
+    rows = 4096
+    src = torch.arange(rows, dtype=torch.float32).reshape(rows, 1)
+    dup = torch.zeros(rows, dtype=torch.long)
+    writes = {
+        "index_copy": lambda: torch.zeros(4, 1, device=device).index_copy_(0, dup.to(device), src.to(device)),
+        "index_put": lambda: torch.zeros(4, device=device).index_put_((dup.to(device),), src.reshape(-1).to(device)),
+        "scatter": lambda: torch.zeros(4, device=device).scatter_(0, dup.to(device), src.reshape(-1).to(device)),
+    }
+    for mode in ("error", "off"):
+        for op, fn in writes.items():
+            try:
+                facts[f"winner.{op}.{mode}"] = sorted({_winner(_on(mode, fn).cpu(), rows) for _ in range(RUNS)})
+            except RuntimeError as exc:
+                facts[f"winner.{op}.{mode}"] = "raised: " + " ".join(str(exc).split())[:100]
+    cpu = torch.zeros(4, 1).index_copy_(0, dup, src)
+    facts["winner.index_copy.cpu"] = _winner(cpu, rows)
+
+    torch.manual_seed(0)
+    here = torch.rand(8, device=device).cpu()
+    torch.manual_seed(0)
+    facts["stream.rand_equal_to_cpu"] = bool(torch.equal(here, torch.rand(8)))
+
+    m = torch.randn(8, 8, generator=g, dtype=torch.float64)
+    m = m + m.T
+    v_dev = torch.linalg.eigh(m.to(device)).eigenvectors.cpu()
+    v_cpu = torch.linalg.eigh(m).eigenvectors
+    facts["signs.eigh_columns_flipped_vs_cpu"] = int(((v_dev * v_cpu).sum(0) < 0).sum())
+
+    idx = torch.randint(0, 16, (1 << 20,), generator=g)
+    val = torch.randn(1 << 20, generator=g)
+    for mode in ("error", "off"):
+        outs = {_digest(_on(mode, lambda: torch.zeros(16, device=device).index_add_(0, idx.to(device), val.to(device))))
+                for _ in range(RUNS)}
+        facts[f"shuffle.index_add.{mode}.distinct"] = len(outs)
+
+    grad = torch.randn(2, 3, 64, 64, generator=g, device="cpu").to(device)
+    try:
+        _on("error", lambda: torch.ops.aten.upsample_bilinear2d_backward(grad, [64, 64], [2, 3, 32, 32], False))
+        facts["alerts.aten.upsample_bilinear2d_backward.error"] = "no alert"
+    except RuntimeError as exc:
+        facts["alerts.aten.upsample_bilinear2d_backward.error"] = "raised: " + " ".join(str(exc).split())[:100]
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    for mode in ("error", "off"):
+        t = torch.randn(1, 2, 8, 8, device=device, requires_grad=True)
+
+        def route():
+            with Ops() as ops:
+                y = F.interpolate(t, size=(16, 16), mode="bilinear", align_corners=False)
+                y.sum().backward()
+            return sorted({n for n in ops.names if "upsample" in n or "index_put" in n})
+        facts[f"routes.interpolate_bilinear.{mode}"] = _on(mode, route)
+    return facts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -123,9 +225,17 @@ def main(argv: list[str] | None = None) -> int:
                                              f"warned: {seen['warned'][0]}" if seen["warned"] else
                                              f"no alert, {seen['distinct']} distinct result(s) in {seen['runs']} runs")
                 print(f"{label} | {phase} | {mode}: {said}", flush=True)
+    try:
+        facts = emulation(args.device)
+    except Exception as exc:  # noqa: BLE001 - said, not fatal
+        failed += 1
+        facts = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"}
+    for key, value in facts.items():
+        print(f"emulation | {key}: {value}", flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"torch": torch.__version__, "device": name, "results": results}, fh, indent=1)
+            json.dump({"torch": torch.__version__, "device": name, "results": results, "emulation": facts}, fh,
+                      indent=1)
     return 1 if failed else 0
 
 

@@ -142,7 +142,8 @@ def test_one_narrowed_step_runs_and_the_archive_holds_the_machine_the_times_and_
     assert isinstance(step["wall_s"], float) and step["started"].endswith("Z")
     assert "1 passed" in log
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
-    assert f"Suite: commit {commit.stdout.strip() if commit.returncode == 0 else 'unknown'}" in command
+    assert f"commit {commit.stdout.strip() if commit.returncode == 0 else 'unknown'}" in command
+    assert machine["suite"]["commit"] == (commit.stdout.strip() if commit.returncode == 0 else None)
     assert f"`detconf gpu-run --steps tests -n 0 --quiet --out {out_dir} -- -k {narrow}`" in command
     assert f"Date: {machine['date']}" in command and "Machine: " in command
     assert "| tests | `python -m pytest tests -n 0 -p no:cacheprovider" in command
@@ -159,7 +160,7 @@ CANNED = {"torch": {"version": "2.11.0+cu130", "git": "70d99e998b49", "cuda": "1
 @pytest.fixture
 def canned(monkeypatch):
     """No child python: the machine as an H100 would describe it; each step's command replaced."""
-    monkeypatch.setattr(gpurun, "probe", lambda root, env: json.loads(json.dumps(CANNED)))
+    monkeypatch.setattr(gpurun, "probe", lambda root, env, timeout=None: json.loads(json.dumps(CANNED)))
     monkeypatch.setattr(gpurun, "has_stress", lambda plan: False)
     commands = []
 
@@ -178,12 +179,13 @@ def test_failing_steps_are_named_the_stress_tier_skips_and_the_archive_is_writte
     code = gpurun.main(["--steps", "e,a,stress", "--out", str(out_dir), "--quiet", "--requirements", str(req)], root=ROOT)
     printed = capsys.readouterr().out
     assert code == 1, printed
-    assert printed.splitlines()[-1] == "gpu-run: failed steps: documented (exit status 3), tests (exit status 3)"
-    assert "gpu-run: [2/3] stress: skipped: this suite has no stress tier" in printed
+    assert printed.splitlines()[-1] == ("gpu-run: failed steps: documented (failed, exit status 3), "
+                                        "tests (failed, exit status 3)")
+    assert "gpu-run: [2/3] stress: skipped: not available: no Hypothesis profile 'stress'" in printed
     assert "machine: NVIDIA H100 80GB HBM3 ×1, driver 580.159.04, CUDA 13.0, cuDNN 91900, torch 2.11.0+cu130" in printed
     documented, tests = canned
-    assert documented[:9] == ["conformance", "-n", "auto", "--hypothesis-profile", "ci", "--device", "cuda",
-                              "--mode", "error"]
+    assert documented[:11] == ["conformance", "-n", "auto", "--hypothesis-profile", "ci", "--device", "cuda",
+                               "--device", "cpu", "--mode", "error"]  # the CPU beside the GPU, documented only
     assert documented[-2:] == ["--results", str(out_dir / "results" / "documented.jsonl")]
     assert tests == ["tests", "-n", "auto", "-p", "no:cacheprovider"]
     steps = json.loads((out_dir / "steps.json").read_text())
@@ -192,22 +194,30 @@ def test_failing_steps_are_named_the_stress_tier_skips_and_the_archive_is_writte
     assert (out_dir / f"{out_dir.name}.tar.gz").is_file()
 
 
-def test_a_device_that_is_absent_is_bad_input(tmp_path, canned, capsys):
+def test_a_device_that_is_absent_is_bad_input_recorded_in_the_output_folder(tmp_path, canned, capsys):
     req = tmp_path / "none.txt"
     req.write_text("", encoding="utf-8")
     code = gpurun.main(["--device", "npu", "--out", str(tmp_path / "run"), "--requirements", str(req)], root=ROOT)
     assert code == 2
-    assert capsys.readouterr().err == "detconf gpu-run: error: device 'npu' is not available here\n"
-    assert not (tmp_path / "run").exists()
+    line = "device 'npu' is not available here (torch 2.11.0+cu130)"
+    assert capsys.readouterr().err == f"detconf gpu-run: error: {line}\n"
+    assert f"gpu-run: error: {line}" in (tmp_path / "run" / "console.log").read_text()
+    assert f"state: refused: {line}" in (tmp_path / "run" / "COMMAND.md").read_text()
+    assert json.loads((tmp_path / "run" / "steps.json").read_text()) == []
+    assert (tmp_path / "run" / "run.tar.gz").is_file()
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--steps", "documented,bogus"], "unknown step 'bogus'; steps: documented, compiled, sweep, stress, tests"),
+    (["--steps", "documented,bogus"], "unknown step 'bogus'; steps: probes, documented, compiled, sweep, stress, "
+                                      "speed, tests"),
+    (["--budget", "5"], "--budget '5': between 20 seconds and a week"),
+    (["--budget", "soon"], "--budget 'soon': a number of seconds"),
+    (["--archive", "{tmp}/x.zip"], "--archive {tmp}/x.zip: name it *.tar.gz"),
+    (["--alert-tests", "{tmp}/nowhere.py"], "--alert-tests {tmp}/nowhere.py: no such file"),
     (["--wheels", "{tmp}/nowhere"], "--wheels {tmp}/nowhere: no such folder"),
     (["--out", "{tmp}/full"], "--out {tmp}/full: the folder is not empty"),
     (["-n", "lots"], "-n 'lots': a number of workers, or auto"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
-    (["--device", "tpu", "--out", "{tmp}/run"], "unknown device 'tpu'; known: cpu, cuda"),
 ])
 def test_bad_input_is_one_line_and_exit_status_2(args, needle, tmp_path):
     (tmp_path / "full").mkdir()
@@ -219,8 +229,16 @@ def test_bad_input_is_one_line_and_exit_status_2(args, needle, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_an_unknown_device_is_one_line_and_the_refusal_is_recorded(tmp_path):
+    out = gpu_run("--device", "tpu", "--out", str(tmp_path / "run"), "--steps", "sweep")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.splitlines() == [out.stderr.strip()] and "unknown device 'tpu'; known: cpu, cuda" in out.stderr
+    assert "refused: unknown device 'tpu'" in (tmp_path / "run" / "COMMAND.md").read_text()
+    assert not (tmp_path / "run" / "results" / "sweep.jsonl").exists()
+
+
 def test_the_module_imports_without_torch():
-    code = "import sys; sys.modules['torch'] = None\nimport detconf.gpurun, detconf.cli\n"
+    code = "import sys; sys.modules['torch'] = None\nimport detconf.gpurun, detconf.gpupack, detconf.cli\n"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
 
