@@ -62,6 +62,7 @@ from conformance.kit import (
     target_side,
     window,
 )
+from engine.comparison import runs_only
 from engine.entry import Entry
 from engine.program import Program, recipe
 from engine.trace import Targets
@@ -1046,7 +1047,16 @@ def _fractional(draw, entry, case, device, op: Callable[..., Any], n: int) -> Pr
     # makes the op a pure function of its inputs.
     ex.tensor("samples", (size[0], size[1], n), dtype, low=0, high=0.999)
     ex.kwargs.update(kernel_size=k, output_size=out)
-    return ex.program(op, grads=("x",), kernel_size=k, output_size=out)
+    # The windows start where int((i + sample) * alpha) falls; from float16/bfloat16 samples that
+    # product lands on whole numbers, and a kernel computing it in another precision (Inductor's
+    # code on CUDA: 5.11 off eager on the H100, torch 2.11) places other windows. Which is not
+    # documented: such outputs are compared run against run only.
+    compare = (runs_only(_NARROW_SAMPLES),) if dtype in (torch.float16, torch.bfloat16) else ()
+    return ex.program(op, grads=("x",), compare=compare, kernel_size=k, output_size=out)
+
+
+_NARROW_SAMPLES = ("fractional pooling windows from float16/bfloat16 samples: where they start depends on the "
+                   "precision a kernel places them in, which is implementation-defined")
 
 
 def fractional_max_pool2d_op(x, samples, *, kernel_size, output_size):

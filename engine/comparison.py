@@ -52,7 +52,7 @@ import torch
 
 __all__ = ["CONV_OPS", "MATMUL_OPS", "REFERENCES", "RULES", "TOLERANCES", "U32", "Precision", "Rule", "Rules",
            "Writes", "adjudicate", "admissible_set", "compare", "derive", "exact", "families", "invariant",
-           "roundoff", "runs_only", "tolerance"]
+           "round_operand", "roundoff", "runs_only", "tolerance"]
 
 RULES: dict[str, str] = {
     "exact": "equal values (NaNs equal)",
@@ -227,6 +227,25 @@ def roundoff(precision: str) -> float:
     return _ROUNDOFF.get(precision, U32)
 
 
+#: Mantissa bits a float32 operand keeps in each precision (float32 itself keeps 23).
+_MANTISSA = {"tf32": 10, "bf16": 7}
+
+
+def round_operand(t: torch.Tensor, precision: str, *, nearest: bool = True) -> torch.Tensor:
+    """``t`` as an operand of float32 math in ``precision``: its float32 value with the mantissa
+    cut to that precision's bits, to nearest (ties away) or towards zero, in ``t``'s own dtype
+    (float32 or float64; other tensors, ``ieee`` and non-finite values unchanged)."""
+    bits = _MANTISSA.get(precision)
+    if bits is None or t.dtype not in (torch.float32, torch.float64):
+        return t
+    single = t.detach().to(torch.float32).contiguous()
+    drop = 23 - bits
+    raw = single.view(torch.int32)
+    rounded = ((raw + (1 << (drop - 1))) if nearest else raw) & ~((1 << drop) - 1)
+    out = torch.where(torch.isfinite(single), rounded.view(torch.float32), single)
+    return out.reshape(t.shape).to(t.dtype)
+
+
 def families(ops: Iterable[str]) -> tuple[str, ...]:
     """The math-mode families (``conv``, ``matmul``) of the dispatched operators ``ops``."""
     found = []
@@ -349,7 +368,10 @@ def adjudicate(actual: Sequence[tuple[str, torch.Tensor]], reference: Sequence[t
 
     The program's float32 noise is the largest distance from ``wide`` of any output of the
     reference and of its ``neighbours`` (the same program in float32 on inputs one or two
-    units in the last place away: what a backward-stable float32 algorithm may return). An
+    units in the last place away: what a backward-stable float32 algorithm may return; where
+    the device computes in a narrower precision, also the program in float64 on inputs rounded
+    to that precision's operands, :func:`round_operand`: what TF32 or bf16 operands alone
+    change, cancellation included). An
     output passes when it agrees with ``wide`` cast to its dtype, or when its distance from
     ``wide`` is at most ``factor`` times that noise (an output that is exactly zero in float64,
     like the input gradient of a one-element layer norm, comes out of the same cancelling
@@ -375,6 +397,6 @@ def adjudicate(actual: Sequence[tuple[str, torch.Tensor]], reference: Sequence[t
             continue
         if _max_diff(a, w) <= factor * noise:
             continue
-        return (f"{problem}; vs a float64 reference: {label} max abs diff {_max_diff(a, w):.3g}, float32's own "
-                f"{noise:.3g}")
+        own = "float32's own" if not precision.widened else f"float32's and {precision.actual} operands' own"
+        return f"{problem}; vs a float64 reference: {label} max abs diff {_max_diff(a, w):.3g}, {own} {noise:.3g}"
     return None

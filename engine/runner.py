@@ -560,9 +560,17 @@ def eager_reach(program: Program, mode: str, targets: tuple[str, ...], *, phase:
                 synchronize: Callable[[], None] = lambda: None) -> bool:
     """Does one traced eager run of ``program`` under ``mode`` dispatch a target? (A run that
     raises the alert counts: the kernel was called.)"""
+    return reached(targets, eager_ops(program, mode, phase=phase, synchronize=synchronize)) \
+        and not program.meta.get("unreachable")
+
+
+def eager_ops(program: Program, mode: str, *, phase: str = "program",
+              synchronize: Callable[[], None] = lambda: None) -> Counter:
+    """The operators one traced eager run of ``program`` under ``mode`` dispatches (a run that
+    raises the alert included: the kernel was called)."""
     with deterministic_mode(mode, rng=True):
         record = _run_once(program, synchronize, mode=mode, phase=phase)
-    return reached(targets, record.ops) and not program.meta.get("unreachable")
+    return Counter(record.ops)
 
 
 # Differential correctness ---------------------------------------------------

@@ -268,11 +268,15 @@ def test_the_gpu_false_alarms_are_gone(row):
         record = harness.judge_program(case, expected, gpu, prog, row.get("case") or {},
                                        program.targets_for(entry, row.get("case") or {}, "cuda"))
         device = runner.run_values(prog, row["mode"])
+        default = runner.run_values(prog, "off")  # the mode-off algorithm on the same (emulated) device
         with gpu.on_host():
             host = runner.run_values(prog, "off")
     assert record.verdict == "conforms", (record.verdict, record.detail)
     if row["verdict"] == "wrong-result":
-        assert device is not None and comparison.compare(device, host) is not None, "the emulation changed nothing"
+        # The emulation differs where the H100 did: from the mode-off algorithm (duplicate writes
+        # race there) or from the CPU (TF32).
+        other = default if row["evidence"].startswith("vs default algorithm") else host
+        assert device is not None and comparison.compare(device, other) is not None, "the emulation changed nothing"
 
 
 # Eager rows: a compiled row carries no dispatch trace (its reach came from the graphs, which
