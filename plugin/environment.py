@@ -39,7 +39,9 @@ def environment(config: pytest.Config) -> dict:
         "suite_revision": rev.label if rev.source != "unknown" else _installed_version(),
         "suite_commit": rev.commit,
         "suite_dirty": rev.dirty,
-        "suite_changed": list(rev.changed[:50]),
+        # What differs from the commit (untracked files included): the first few, and how many.
+        "suite_changed": list(rev.changed[:10]),
+        "suite_changed_count": len(rev.changed),
         "suite_revision_source": rev.source,
         "shard": None if shard is None else "{}/{}".format(*shard),
         "hypothesis_profile": settings._current_profile,

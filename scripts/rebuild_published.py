@@ -70,6 +70,9 @@ TABLES: dict[str, list[tuple[str, list[str], str | None]]] = {
         ("build", [_p("torch-2.11.0/cpu/results.jsonl"), _p("torch-2.11.0/opencl-pocl/results.jsonl"),
                    "--out", "OUT"], None),
     ],
+    **{f"torch-2.11.0/cuda-h100/{table}": [
+        ("build", [_p(f"torch-2.11.0/cuda-h100/{table}/results.jsonl"), "--out", "OUT"], None),
+    ] for table in ("documented", "inductor", "sweep", "stress")},
     "torch-2.11.0/opencl-pocl-sweep": [
         ("build", [_p("torch-2.11.0/opencl-pocl-sweep/results.jsonl"), "--out", "OUT"], None),
     ],

@@ -224,6 +224,10 @@ GPU_ROWS = [_rejudged(row) for row in AS_RECORDED]
 SHIPPED = load_findings(FINDINGS_FILE)
 CUDA_EVIDENCE = Path(__file__).resolve().parents[2] / "shared" / "cuda-evidence"
 
+SWEEP_RAISES = ("stft", "nanmedian", "masked.median", "nn.functional.adaptive_avg_pool1d",
+                "nn.functional.adaptive_max_pool1d", "_upsample_bilinear2d_aa", "take", "index_reduce.mean",
+                "index_reduce.prod", "index_reduce.amin", "index_reduce.amax", "nn.functional.cross_entropy",
+                "grid_sampler_2d", "grid_sampler_3d")
 INDUCTOR_STALE = ("AvgPool3d.backward[cuda]", "NLLLoss[cuda]", "ReflectionPad1d.backward[cuda]",
                   "ReflectionPad2d.backward[cuda]", "ReflectionPad3d.backward[cuda]",
                   "interpolate(mode='linear'|'bilinear'|'bicubic'|'trilinear').backward[cuda]",
@@ -242,6 +246,12 @@ EXPECTED_COVERED = (
     | {(f"MaxUnpool{n}d", "cuda", "inductor", "program", "warn_only") for n in (1, 2, 3)}
     | {("median[indices,cuda]", "cuda", "inductor", "program", "warn_only"),
        ("scatter_reduce(reduce='prod')[cuda]", "cuda", "inductor", "program", "warn_only")}
+    # the H100 run of 2026-11-27 (reports/published/torch-2.11.0/cuda-h100): cuDNN's grid sampler,
+    # and the sweep's ops whose CUDA kernels raise where the docstring names no op
+    | {("grid_sample.backward[cuda]", "cuda", "eager", p, m) for p in ("program", "backward-only")
+       for m in ("error", "warn_only")}
+    | {("grid_sample.backward[cuda]", "cuda", "inductor", "program", m) for m in ("error", "warn_only")}
+    | {(name, "cuda", "eager", "program", "error") for name in SWEEP_RAISES}
     # the CPU findings recorded before the GPU run still hold on the published 2.13.0 CPU rows
     | {("MaxUnpool2d", "cpu", "inductor", "program", "warn_only")}
     | {("put_(accumulate=False)", "cpu", "inductor", "program", m) for m in ("error", "warn_only")}
@@ -352,6 +362,25 @@ def test_every_cuda_finding_has_evidence_in_the_gpu_rows():
         evidence = [r for r in GPU_ROWS if finding.matches(r) and r["verdict"] == finding.verdict and r["device"] == "cuda"]
         assert evidence, f"{finding.entry_id} ({finding.verdict}, {finding.modes}, {finding.compile}): no GPU row"
         assert "torch 2.11.0+cu130" in finding.why, finding.why  # the why names the run it comes from
+
+
+def test_the_gpu_fixture_rows_of_published_tables_are_copied_from_them():
+    """Rows taken from the results files this checkout publishes (the 2026-11-27 H100 tables,
+    the 2.13.0 CPU table) are there, as recorded."""
+    fields = ("source", "entry_id", "torch_version", "device", "mode", "phase", "compile", "expected", "verdict",
+              "observed")
+    root = Path(__file__).resolve().parents[1]
+    source_rows: dict[str, set] = {}
+    published = [row for row in AS_RECORDED if row["from"].startswith("reports/published/")]
+    assert sum("cuda-h100" in row["from"] for row in published) >= 20
+    for row in published:
+        if row["from"] not in source_rows:
+            source_rows[row["from"]] = {
+                tuple(r.get(k) if k not in ("phase", "compile") else r.get(k) or {"phase": "program", "compile": "eager"}[k]
+                      for k in fields)
+                for r in map(json.loads, (root / row["from"]).read_text(encoding="utf-8").splitlines())
+                if r.get("record") == "result"}
+        assert tuple(row.get(k) for k in fields) in source_rows[row["from"]], _cell(row)
 
 
 @pytest.mark.skipif(not CUDA_EVIDENCE.is_dir(), reason=f"{CUDA_EVIDENCE} (the GPU run's result files) is absent")

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from detconf import gpurun
+from tests.environments import see_this_interpreters_packages
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL, DEP = "detconf-fake-tool", "detconf-fake-dep"
@@ -94,6 +95,7 @@ def test_the_wheels_go_into_the_running_interpreter_with_pip_offline(tmp_path, r
     venv = tmp_path / "venv"  # sees this interpreter's packages (torch, pip): a GPU machine's python
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
+    see_this_interpreters_packages(python)  # also when these tests run in a virtualenv
     out = gpu_run("--check", "--requirements", str(requirements), "--wheels", str(wheels), python=python)
     assert out.returncode == 0, out.stdout + out.stderr
     assert (f"-m pip install --no-index --no-deps --find-links {wheels} --disable-pip-version-check "

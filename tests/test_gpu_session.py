@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from detconf import gpupack, gpurun, revision, wheels
+from detconf import gpurun, revision, wheels
 from tests.test_gpu_runner import CANNED, ROOT, make_wheel
 
 PYTHON_ENV = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
@@ -101,7 +101,7 @@ def pack(tmp_path_factory) -> Path:
     out = folder / "gpu pack"
     done = cli("gpu-pack", "--out", str(out), "--have", str(have), "--wheels-from", str(offered), "--budget", "300")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"on the device (carry gpu pack): sh 'gpu pack'/run \"$OUT\" --budget 300" in done.stdout
+    assert "on the device (carry gpu pack): sh 'gpu pack'/run \"$OUT\" --budget 300" in done.stdout
     return out
 
 

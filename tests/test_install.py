@@ -9,7 +9,6 @@ source is a copy of the suite's files, so a build never writes into the checkout
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,18 +17,13 @@ from pathlib import Path
 import pytest
 
 from detconf import cli
+from tests.environments import clean_env, see_this_interpreters_packages, wheel_building_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_PARTS = ("pyproject.toml", "README.md", "conftest.py", "pytest.ini", "detconf", "engine", "conformance", "reports",
                 "plugin")
 SMALL_RUN = ("--device", "cpu", "--source", "torch-docs", "-k", "put_ and error",
              "--hypothesis-profile", "ci", "-p", "no:cacheprovider")
-
-
-def _clean_env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "PYTHONPATH"}
-    env.update(extra)
-    return env
 
 
 def _copy_source(into: Path) -> Path:
@@ -46,23 +40,9 @@ def _copy_source(into: Path) -> Path:
 
 def _torch_of(python: Path | str) -> str:
     out = subprocess.run([str(python), "-c", "import torch; print(torch.__version__, torch.__file__)"],
-                         capture_output=True, text=True, timeout=300, env=_clean_env(), cwd="/")
+                         capture_output=True, text=True, timeout=300, env=clean_env(), cwd="/")
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout.strip()
-
-
-def _see_this_interpreters_packages(python: Path) -> None:
-    """``--system-site-packages`` gives a venv the *base* interpreter's packages; when these tests
-    run in a virtualenv (the README's path), torch and the requirements are in that one. A
-    ``.pth`` file puts this interpreter's site folders on the new venv's path, ahead of the base's."""
-    import site
-    import sysconfig
-
-    target = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                            capture_output=True, text=True, timeout=60, env=_clean_env())
-    assert target.returncode == 0, target.stderr[-2000:]
-    folders = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()])
-    Path(target.stdout.strip(), "_detconf_test_host.pth").write_text("".join(f"{f}\n" for f in folders))
 
 
 def _install(tmp: Path, *, editable: bool) -> Path:
@@ -73,6 +53,9 @@ def _install(tmp: Path, *, editable: bool) -> Path:
         pytest.skip("the venv module is not available")
     if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode != 0:
         pytest.skip("pip is not available to this Python")
+    missing = wheel_building_missing()
+    if missing:
+        pytest.skip(missing)
     source = _copy_source(tmp / "src")
     env_dir = tmp / "venv"
     made = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env_dir)],
@@ -80,10 +63,10 @@ def _install(tmp: Path, *, editable: bool) -> Path:
     if made.returncode != 0:
         pytest.skip(f"cannot make a virtual environment: {made.stderr.strip()[-300:]}")
     python = env_dir / "bin" / "python"
-    _see_this_interpreters_packages(python)
+    see_this_interpreters_packages(python)
     command = [str(python), "-m", "pip", "install", "--no-build-isolation", "--no-index"]
     command += ["-e", str(source)] if editable else [str(source)]
-    out = subprocess.run(command, capture_output=True, text=True, timeout=600, env=_clean_env(), cwd=tmp)
+    out = subprocess.run(command, capture_output=True, text=True, timeout=600, env=clean_env(), cwd=tmp)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     installed = [line for line in out.stdout.splitlines() if line.startswith("Successfully installed")]
     assert installed == ["Successfully installed detconf-0.1.0"], out.stdout[-2000:]  # nothing else
@@ -102,12 +85,12 @@ def _results(path: Path) -> list[dict]:
 def test_pip_install_keeps_the_installed_torch(installed):
     assert _torch_of(installed / "python") == _torch_of(sys.executable)
     site = subprocess.run([str(installed / "python"), "-c", "import conformance, detconf.plugin; "
-                           "print(conformance.__file__)"], capture_output=True, text=True, env=_clean_env(), cwd="/")
+                           "print(conformance.__file__)"], capture_output=True, text=True, env=clean_env(), cwd="/")
     assert site.returncode == 0 and "site-packages" in site.stdout, site.stdout + site.stderr
 
 
 def test_detconf_run_runs_the_installed_suite_from_any_folder(installed, tmp_path):
-    out = subprocess.run([str(installed / "detconf"), "run", *SMALL_RUN], cwd=tmp_path, env=_clean_env(),
+    out = subprocess.run([str(installed / "detconf"), "run", *SMALL_RUN], cwd=tmp_path, env=clean_env(),
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = _results(tmp_path / "reports" / "out" / "results.jsonl")
@@ -116,7 +99,7 @@ def test_detconf_run_runs_the_installed_suite_from_any_folder(installed, tmp_pat
     assert (tmp_path / "reports" / "out" / "results-report" / "matrix.md").is_file()
     # detconf report forwards to python -m reports.
     built = subprocess.run([str(installed / "detconf"), "report", "build", "reports/out/results.jsonl", "--out", "m"],
-                           cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=300)
+                           cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=300)
     assert built.returncode == 0 and (tmp_path / "m" / "matrix.csv").is_file(), built.stderr
 
 
@@ -124,12 +107,12 @@ def test_the_readme_commands_load_the_plugin_once_with_detconf_installed(install
     python = str(installed / "python")
     results = tmp_path / "r.jsonl"
     out = subprocess.run([python, "-m", "pytest", "conformance", *SMALL_RUN, "--results", str(results),
-                          "--no-report-build"], cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=600)
+                          "--no-report-build"], cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.count("detconf: torch ") == 1  # one plugin, one header
     assert [r["verdict"] for r in _results(results)] == ["conforms"] * 3
     harness = subprocess.run([python, "-m", "pytest", "tests/test_architecture.py", "-q", "-p", "no:cacheprovider",
-                              "-k", "vocabulary or one_way"], cwd=ROOT, env=_clean_env(), capture_output=True,
+                              "-k", "vocabulary or one_way"], cwd=ROOT, env=clean_env(), capture_output=True,
                              text=True, timeout=600)
     assert harness.returncode == 0, harness.stdout[-3000:] + harness.stderr[-3000:]
 
@@ -140,7 +123,7 @@ def test_editable_install_runs_from_any_folder(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     out = subprocess.run([str(bin_dir / "detconf"), "run", *SMALL_RUN, "--results", "r.jsonl"], cwd=elsewhere,
-                         env=_clean_env(), capture_output=True, text=True, timeout=600)
+                         env=clean_env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert [r["verdict"] for r in _results(elsewhere / "r.jsonl")] == ["conforms"] * 3
     assert str(tmp_path / "src") in out.stdout  # the editable source is the suite
@@ -159,7 +142,7 @@ def test_bad_detconf_input_is_one_line_and_exit_2(argv, message, capsys):
 
 def test_detconf_report_lets_the_reports_parser_answer(tmp_path):
     out = subprocess.run([sys.executable, "-m", "detconf", "report", "no-such-report"], cwd=ROOT,
-                         env=_clean_env(), capture_output=True, text=True, timeout=300)
+                         env=clean_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("reports: error:") and "no-such-report" in lines[0], lines

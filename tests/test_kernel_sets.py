@@ -153,3 +153,40 @@ def test_targets_without_the_decomposition_leave_its_modes_unreached(monkeypatch
     row = judge(Case(LINEAR, "cuda", "error"), _gpu(routes=True), hypothesis_settings=FAST)
     assert row["verdict"] == "not-reached", row["detail"]
     assert sorted(row["detail"]["unreached_kernels"]) == sorted(DECOMPOSED.values())
+
+
+def test_a_required_kernel_the_compiler_replaced_is_reached_through_the_same_example_in_eager(monkeypatch):
+    """The H100 run of 2026-11-27: interpolate(mode='nearest').backward[complement,cuda] under
+    Inductor was `not-reached`, since the compiled graphs hold Inductor's own index_put where eager
+    dispatches upsample_nearest*_backward (reach via 'decomposed'). Compiled, a required kernel is
+    reached when the compiled program reached the operation and the same example in eager
+    dispatched that kernel; an example whose eager run dispatches none of it stays not-reached.
+    (On the CPU here, with the CUDA entry's kernel set handed to the judge.)"""
+    from collections import Counter
+
+    from conformance import harness
+    from conformance.complements import complements
+    from engine.compiled import Compiler
+
+    entry = {e.id: e for e in complements(snapshot_entries("2.11.0"))}[
+        "interpolate(mode='nearest').backward[complement,cuda]"]
+    case = Case(entry, "cpu", "error", compile="inductor")
+    cpu = backends()["cpu"]
+    prog = harness.drawn_programs(case, cpu.torch_device(), settings(max_examples=1, derandomize=True, database=None,
+                                                                     deadline=None), 1)[0]
+    kwargs = {"mode": "nearest"}
+    targets, kernels = program.targets_for(entry, kwargs, "cuda"), program.kernels_for(entry, kwargs, "cuda")
+    assert kernels  # CUDA requires each mode's kernel
+    compiler = Compiler("inductor")
+
+    def judged():
+        with cpu.active(), compiler.case():
+            return harness.judge_program(case, case.expected, cpu, prog, kwargs, targets, compiler=compiler,
+                                         kernels=kernels)
+
+    record = judged()
+    assert record.verdict == "conforms", record.detail
+    assert record.detail["compiled"]["reach_via"] == "decomposed"
+    assert list(record.detail["kernels"].values()) == [True]
+    monkeypatch.setattr(harness, "eager_ops", lambda *a, **k: Counter())  # eager reaches no required kernel
+    assert judged().verdict == "not-reached"

@@ -361,3 +361,31 @@ def test_large_scale_draws_larger_examples():
 
     check()
     assert max(sizes) > 64
+
+
+def test_fractional_pooling_from_narrow_samples_is_compared_run_against_run_only():
+    """The H100 run of 2026-11-27: FractionalMaxPool3d compiled with Inductor placed its windows
+    from bfloat16 samples otherwise than eager (5.11 off, and off a float64 eager reference too):
+    where windows start is the precision a kernel computes int((i + sample) * alpha) in. Such
+    examples compare run against run; float32 and float64 examples keep their references, and a
+    wrong value there is still caught."""
+    from conformance import harness
+    from conformance.catalog import snapshot_entries
+    from conformance.plan import Case
+    from engine import comparison
+
+    entry = {e.id: e for e in snapshot_entries("2.11.0")}["FractionalMaxPool3d.backward[cuda]"]
+    case = Case(entry, "cpu", "error")
+    progs = harness.drawn_programs(case, torch.device("cpu"), settings(max_examples=40, derandomize=True,
+                                                                       database=None, deadline=None), 40)
+    narrow = [p for p in progs if p.inputs["x"].dtype in (torch.float16, torch.bfloat16)]
+    wide = [p for p in progs if p.inputs["x"].dtype in (torch.float32, torch.float64)]
+    assert narrow and wide
+    out = [("out", torch.arange(6, dtype=torch.float32))]
+    wrong = [("out", torch.arange(6, dtype=torch.float32) + 1)]
+    for p in narrow:
+        rules = comparison.derive(p.compare)
+        assert rules.runs_only and "float16/bfloat16 samples" in rules.describe()[0]["reason"]
+    for p in wide:
+        rules = comparison.derive(p.compare)
+        assert not rules.runs_only and comparison.compare(wrong, out, rules) is not None

@@ -26,11 +26,9 @@ def _pip_available() -> str | None:
     out = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, text=True)
     if out.returncode != 0:
         return "pip is not available to this Python"
-    import importlib.util
+    from tests.environments import wheel_building_missing
 
-    if importlib.util.find_spec("setuptools") is None:
-        return "setuptools is not installed (pip builds the test distribution without build isolation)"
-    return None
+    return wheel_building_missing()
 
 
 @pytest.fixture(scope="module")
