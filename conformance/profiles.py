@@ -1,14 +1,17 @@
 """Hypothesis profiles, registered once for the plugin and for isolated children.
 
-- ``dev``: 10 examples, random, with the example database (local work).
-- ``ci``: derandomized (same examples every run and in every process), no
-  database, no deadline: identical rows from ``-n 0``, ``-n auto`` and an
-  isolated child process.
-- ``thorough``: 100 examples; with it, strategies draw large tensors (scale ``large``).
+- ``dev``: 10 examples a case, random, with the example database (local work): about 1.7x
+  the examples of ``ci``, other ones every run.
+- ``ci``: 6 examples a case, derandomized (same examples every run and in every process), no
+  database, no deadline: identical rows from ``-n 0``, ``-n auto`` and an isolated child
+  process. The default plan on the CPU: the README's figure for command 1.
+- ``thorough``: 100 examples a case, random; strategies draw large tensors (scale ``large``):
+  about 17x the examples of ``ci``, each larger.
 - ``stress``: the stress tier: 2 derandomized examples per case built to make races visible
   (scale ``stress``: sizes at the top of their range up to 4 Mi elements, sized to the device's
   free memory, thousands of writes per destination, overlapping windows), the same examples in
-  every mode, at least :data:`conformance.harness.STRESS_RUNS` runs each.
+  every mode, at least :data:`conformance.harness.STRESS_RUNS` runs each. For a GPU: on one
+  H100 about 0.8 cases a second with 16 workers (torch-docs, three modes: 214 cases).
 """
 import contextlib
 from typing import Iterator

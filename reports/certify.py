@@ -19,7 +19,6 @@ The reports read the suite's known findings as a data file (they never import th
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import os
 import shutil
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from detconf.findings_rule import covers
+from detconf.revision import file_digest as sha256_file
 from detconf.vocabulary import FAILING
 from reports.load import load
 from reports.planned import MISSING, planned_cells
@@ -223,14 +223,6 @@ def facts(runs: list[dict], rows: list[dict], must_pass: list[dict], waivers: li
 
 
 # ----------------------------------------------------------------------------- files
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
 
 def write_json(path: Path, data) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")

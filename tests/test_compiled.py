@@ -397,6 +397,7 @@ def test_compile_option_runs_the_axis_side_by_side_with_eager_in_a_private_cache
     out = pytest_run("--source", "torch-docs", "-k", "put_", "--device", "cpu",
                      "--compile", "eager", "--compile", "aot_eager", "--hypothesis-profile", "ci", "-n", "2",
                      "--results", str(tmp_path / "r.jsonl"), "--no-report-build", timeout=600)
+    assert set(glob.glob(f"{tempfile.gettempdir()}/detconf-compile-*")) == before  # the cache folder went with the run
     run, rows = read_rows(tmp_path / "r.jsonl")
     rows = [r for r in rows if r["entry_id"] == "put_(accumulate=False)"]
     assert run["env"]["compile"] == ["eager", "aot_eager"]
@@ -405,12 +406,19 @@ def test_compile_option_runs_the_axis_side_by_side_with_eager_in_a_private_cache
     assert cells[("error", "aot_eager")]["verdict"] == "conforms"
     # The row names the test as pytest does: without the "@group" xdist's loadgroup adds on workers.
     assert cells[("error", "aot_eager")]["nodeid"].endswith("::test_documented[put_(accumulate=False)-cpu-error-aot_eager]")
-    # The C++-only warning under aot_eager: missing-warning on every release. Where the known
+    # The C++-only warning under aot_eager: missing-warning on 2.11 to 2.14. Where the known
     # finding's torch range covers this torch, it is recorded and the test xfails, not fails; on
     # a release the finding has not been confirmed for, the run fails naming the case.
     from conformance.findings import known_finding, load_findings
 
     warn = cells[("warn_only", "aot_eager")]
+    recorded = known_finding(dict(warn, verdict="missing-warning"), load_findings())
+    if warn["verdict"] == "conforms":
+        # The Python warning reaches warnings (torch 2.15.0 on the CPU): the finding's range must
+        # leave this torch out, and the run passes.
+        assert recorded is None or recorded.verdict != "missing-warning", recorded
+        assert "known_finding" not in warn["detail"] and out.returncode == 0, out.stdout[-3000:]
+        return
     assert warn["verdict"] == "missing-warning"
     recorded = known_finding(warn, load_findings())
     if recorded is not None and recorded.verdict == "missing-warning":
@@ -420,7 +428,6 @@ def test_compile_option_runs_the_axis_side_by_side_with_eager_in_a_private_cache
         assert "known_finding" not in warn["detail"]
         assert out.returncode == 1, out.stdout[-3000:]
         assert "put_(accumulate=False)-cpu-warn_only-aot_eager" in out.stdout
-    assert set(glob.glob(f"{tempfile.gettempdir()}/detconf-compile-*")) == before  # the cache folder went with the run
 
 
 def test_an_unknown_compile_setting_is_a_one_line_usage_error(tmp_path):

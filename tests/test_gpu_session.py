@@ -297,3 +297,18 @@ def test_sigterm_at_any_point_leaves_whole_records_and_the_archive(tmp_path, del
 @pytest.mark.skipif(not os.environ.get("DETCONF_SLEEP_TARGET"), reason="the target of the SIGTERM test's step")
 def test_sigterm_target_sleeps():
     time.sleep(60)
+
+
+def test_missing_wheels_are_written_into_the_output_folder_with_the_download_that_fetches_them(tmp_path):
+    req = tmp_path / "req.txt"
+    req.write_text("detconf-fake-absent>=1.0\n")
+    out = tmp_path / "run"
+    done = cli("gpu-run", "--requirements", str(req), "--out", str(out), "--quiet")
+    assert done.returncode == 1, done.stdout + done.stderr
+    state = json.loads((out / "requirements.json").read_text())
+    assert state["needs"] == ["detconf-fake-absent>=1.0  (required by req.txt)"]
+    assert state["pip_download"].startswith("python3 -m pip download --only-binary=:all:")
+    assert "--platform" in state["pip_download"] and state["pip_download"].endswith("'detconf-fake-absent>=1.0'")
+    assert "detconf-fake-absent>=1.0  (required by req.txt)" in (out / "console.log").read_text()
+    got = members(out / "run.tar.gz")
+    assert "state: requirements missing" in got["COMMAND.md"].decode() and "requirements.json" in got

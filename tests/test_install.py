@@ -130,9 +130,10 @@ def test_editable_install_runs_from_any_folder(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    ([], "usage: detconf run"),
+    ([], "usage: detconf {run,options,report,gpu-run,gpu-pack}"),
     (["frobnicate"], "detconf: error: unknown command 'frobnicate'"),
     (["report"], "detconf: error: detconf report needs a subcommand"),
+    (["options", "extra"], "detconf: error: detconf options takes no arguments (got 'extra')"),
 ])
 def test_bad_detconf_input_is_one_line_and_exit_2(argv, message, capsys):
     assert cli.main(argv) == 2
@@ -152,3 +153,21 @@ def test_detconf_run_points_pytest_at_the_suite():
     command = cli.run_command(["-k", "put_"], ROOT)
     assert command[1:] == ["-m", "pytest", str(ROOT / "conformance"), "--rootdir", str(ROOT), "-k", "put_"]
     assert cli.suite_root() == ROOT
+
+
+def test_the_help_describes_every_command_and_run_help_shows_detconfs_options_first(capsys):
+    assert cli.main(["--help"]) == 0
+    text = capsys.readouterr().out
+    for command in ("run", "options", "report", "gpu-run", "gpu-pack"):
+        assert f"\n  {command} " in text, command
+    out = subprocess.run([sys.executable, "-m", "detconf", "run", "--help"], cwd=ROOT, env=clean_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("usage: detconf run") and lines[2] == "detconf conformance suite:"
+    for option in ("--device", "--mode", "--compile", "--source", "--results", "--shard"):
+        assert any(line.startswith(f"  {option}") for line in lines[:60]), option
+    profiles = "\n".join(lines)
+    for name in ("dev", "ci", "thorough", "stress"):
+        assert f"- `{name}`:" in profiles, name
+    assert len(lines) < 80  # not pytest's 500 lines

@@ -1,0 +1,57 @@
+"""Where the harness's own tests spend their time: the README's command 2, timed, with the slowest
+tests and the time per test file.
+
+    python benchmarks/bench_tests.py [-n auto] [--slowest 20] [-- extra pytest args]
+
+Runs ``python -m pytest tests -n N -p no:cacheprovider -q --durations=0`` in a child process and
+prints the wall time, the CPU time of the child tree, the load average before and after, the
+``--slowest`` slowest test phases (setup, call, teardown: pytest's own ``--durations`` lines) and
+the summed durations per test file, largest first. Asserts nothing; quote the figures with the
+machine and its load.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from bench_alert_tests import load, timed  # this folder is the script's sys.path[0]
+
+ROOT = Path(__file__).resolve().parent.parent
+DURATION = re.compile(r"^(\d+\.\d+)s (setup|call|teardown)\s+(\S+)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[:argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-n", dest="workers", default="auto")
+    p.add_argument("--slowest", type=int, default=20)
+    args = p.parse_args(own)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    command = [sys.executable, "-m", "pytest", "tests", "-n", args.workers, "-p", "no:cacheprovider", "-q",
+               "--durations=0", "--durations-min=0", *extra]
+    print(f"{os.cpu_count()} CPUs, load {load()}: {' '.join(command[1:])}", flush=True)
+    wall, cpu, out = timed(command, ROOT, env)
+    rows = [(float(m.group(1)), m.group(2), m.group(3)) for m in map(DURATION.match, out.stdout.splitlines()) if m]
+    summary = next((line.strip("= ") for line in reversed(out.stdout.splitlines()) if " in " in line and "passed" in line),
+                   out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr.strip()[-200:])
+    print(f"wall {wall:.1f} s, CPU {cpu:.1f} s, load after {load()}: {summary}")
+    print(f"\nthe {args.slowest} slowest test phases:")
+    for seconds, phase, nodeid in sorted(rows, reverse=True)[:args.slowest]:
+        print(f"  {seconds:7.2f} s  {phase:8s} {nodeid}")
+    per_file: dict[str, float] = defaultdict(float)
+    for seconds, _, nodeid in rows:
+        per_file[nodeid.split("::")[0]] += seconds
+    print("\nper test file (summed over the workers):")
+    for name, seconds in sorted(per_file.items(), key=lambda kv: -kv[1]):
+        print(f"  {seconds:8.1f} s  {name}")
+    return 0 if out.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
