@@ -15,6 +15,10 @@ from plugin.results import ResultsWriter
 from plugin.validation import check_options, one_line, writes_results
 
 
+#: The filter (pytest's ``filterwarnings`` syntax) for the deprecation torch's own modules raise.
+TORCH_JIT_DEPRECATION = r"ignore:`torch\.jit\.script_method` is deprecated:DeprecationWarning"
+
+
 @pytest.hookimpl(trylast=True)  # after Hypothesis' plugin has loaded --hypothesis-profile
 def pytest_configure(config: pytest.Config) -> None:
     if getattr(config.option, "help", False):
@@ -31,6 +35,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # place before CUDA initialises. A value the user set is kept (and recorded).
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     config.addinivalue_line("markers", "conformance: a generated conformance test")
+    # torch's own modules, imported by the first torch.compile, warn that torch.jit.script_method
+    # is deprecated (14 lines in every run's summary, none of them the suite's or the user's).
+    config.addinivalue_line("filterwarnings", TORCH_JIT_DEPRECATION)
     from conformance.catalog import UnknownSource
     from engine.devices import UnknownDevice, resolve_devices, unavailable_reason
     from engine.entry import CatalogError

@@ -422,3 +422,20 @@ def test_the_imports_of_torch_and_dynamo_run_no_full_collection(tmp_path):
     if not seen["imported_by_suite"]:
         pytest.skip(f"torch and Dynamo were imported before the suite's plugin ran (nothing to measure): {seen}")
     assert seen["suite"] == 0, f"collections during the suite's import of {seen['imported_by_suite']}: {seen}"
+
+
+def test_torchs_own_jit_deprecation_does_not_reach_the_summary(tmp_path):
+    """The first torch.compile imports torch modules that warn `torch.jit.script_method` is
+    deprecated (14 lines in every run's summary, none the suite's): filtered. The warning is
+    really raised there: made an error on the command line, it fails the case."""
+    args = ("--device", "cpu", "--source", "repro-notes", "-k", "torch.compile", "--mode", "error",
+            "--hypothesis-profile", "ci", "--no-report-build")
+    out = pytest_run(*args, "--results", str(tmp_path / "a.jsonl"))
+    assert out.returncode == 0, out.stdout[-2000:]
+    assert "script_method" not in out.stdout + out.stderr
+    import torch.jit._script
+
+    if "`torch.jit.script_method` is deprecated" not in Path(torch.jit._script.__file__).read_text(encoding="utf-8"):
+        pytest.skip("this torch does not deprecate torch.jit.script_method (nothing to filter)")
+    strict = pytest_run(*args, "--results", str(tmp_path / "b.jsonl"), "-W", "error::DeprecationWarning:torch.jit._script")
+    assert strict.returncode == 1 and "script_method` is deprecated" in strict.stdout, strict.stdout[-2000:]
