@@ -15,7 +15,6 @@ shrunk, smallest example, and that one goes into the reproducer.
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
 import functools
 import os
 import time
@@ -224,16 +223,13 @@ def judge_program(case: Case, expected: str, backend: Backend, prog: program.Pro
     obs = outcome.observation
     obs.numel = max((t.numel() for t in prog.inputs.values() if isinstance(t, torch.Tensor)), default=0)
     if kernels:
-        if compiler is not None:
-            # Compiled, a required kernel is reached when the program was (a graph holding a target,
-            # or the whole program compiled: engine.compiled.compiled_reach) and the same example in
-            # eager dispatched that kernel: the compiler replaced it by its own code (Inductor turns
-            # upsample_nearest*_backward into an index_put), which is what the compiled cell judges.
-            obs.kernels = {kernel_name(g): bool(obs.reached) and reached(g, eager_dispatch or Counter())
-                           and not prog.meta.get("unreachable") for g in kernels}
-        else:
-            obs.kernels = {kernel_name(g): reached(g, outcome.ops) and not prog.meta.get("unreachable")
-                           for g in kernels}
+        # Compiled, a required kernel is reached when the program was (a graph holding a target, or
+        # the whole program compiled: engine.compiled.compiled_reach) and the same example in eager
+        # dispatched that kernel: the compiler replaced it by its own code (Inductor turns
+        # upsample_nearest*_backward into an index_put), which is what the compiled cell judges.
+        ops, program_reached = (outcome.ops, True) if compiler is None else (eager_dispatch or {}, bool(obs.reached))
+        obs.kernels = {kernel_name(g): program_reached and reached(g, ops) and not prog.meta.get("unreachable")
+                       for g in kernels}
     decided = verdict.verdict_for(expected, obs, listed=verdict.is_listed(case.entry))
     if decided == "conforms" and _comparable(case, outcome, prog):
         obs.wrong_result = _differential(prog, outcome, backend, compiled=compiler is not None)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import hashlib
 import io
 import json
 import os
@@ -187,10 +186,6 @@ def fetch_wheels(root: Path, dest: Path, have: set[str], args) -> list[str]:
     return wanted
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def main(argv: Sequence[str] | None = None, *, root: Path | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -251,8 +246,8 @@ def _main(argv: list[str], root: Path | None) -> int:
             "target": {"python": args.python, "glibc": args.glibc, "arch": args.arch,
                        "have": str(Path(args.have) if args.have else IMAGE.name)},
             "requirements_fetched": wanted,
-            "wheels": {w: _digest(staging / "wheels" / w) for w in wheels},
-            "alert_tests": _digest(staging / "alert-tests" / "test_torch.py") if alert is not None else None,
+            "wheels": {w: _revision.file_digest(staging / "wheels" / w) for w in wheels},
+            "alert_tests": _revision.file_digest(staging / "alert-tests" / "test_torch.py") if alert is not None else None,
             "device_command": device_command,
             "carry": [name],
         }

@@ -65,9 +65,7 @@ from typing import Callable, NoReturn, Sequence
 
 from detconf import wheels as _wheels
 from detconf.revision import revision
-from detconf.wheels import (  # noqa: F401 - part of this command's interface
-    BadInput, Check, Need, check, interpreter_tag, python_tag, read_requirements, suite_requirements,
-)
+from detconf.wheels import BadInput, check, interpreter_tag, python_tag, read_requirements, suite_requirements
 
 PROG = "detconf gpu-run"
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -483,7 +481,7 @@ def run_bounded(command: list[str], cwd: Path, env: dict, log: Path, quiet: bool
         raise
     finally:
         pump.join(timeout=GRACE_S)
-    if proc.returncode is not None and proc.poll() is not None and not cut:
+    if not cut:
         _signal_group(proc, signal.SIGKILL)  # workers a step left behind hold the GPU
     return code, cut
 
@@ -902,7 +900,7 @@ def _main(argv: list[str], root: Path | None, start: float) -> int:
         requirements, origin = suite_requirements(root)
     env = _child_env()
     if args.check:
-        return _requirements(requirements, origin, wheels, requirements_file, root, env, args.pip_option, None, clock)
+        return _requirements(requirements, origin, wheels, requirements_file, root, env, args.pip_option, None)
 
     out = _out_dir(args.out, root, checkout)
     archive = _archive_path(args.archive)
@@ -942,7 +940,7 @@ def _main(argv: list[str], root: Path | None, start: float) -> int:
         return EXIT_FAILED
 
 
-def _requirements(requirements, origin, wheels, requirements_file, root, env, pip_options, record, clock) -> int | None:
+def _requirements(requirements, origin, wheels, requirements_file, root, env, pip_options, record) -> int | None:
     """Check (and install) the requirements; an exit status when the run cannot go on, else None
     (with --check: 0)."""
     say(f"checking {len(requirements)} requirements ({origin}) and what they need, for Python {python_tag()}")
@@ -986,7 +984,7 @@ def _run(record: Record, args, steps, workers, clock, wheels, alert_tests, root,
     record.write("checking requirements")
 
     # 1. Requirements.
-    code = _requirements(requirements, origin, wheels, requirements_file, root, env, args.pip_option, record, clock)
+    code = _requirements(requirements, origin, wheels, requirements_file, root, env, args.pip_option, record)
     if code is not None:
         written = record.write("requirements missing")
         say(f"wrote {written}")

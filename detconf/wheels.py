@@ -44,10 +44,6 @@ class BadInput(Exception):
     """A problem with the command line or its paths: one line, exit status 2."""
 
 
-def say(message: str) -> None:
-    print(f"gpu-run: {message}", flush=True)
-
-
 @dataclass(frozen=True)
 class Need:
     """A distribution the suite needs that is absent, or present in a version that does not do."""
@@ -320,7 +316,7 @@ def recheck(requirements: Path | None, root: Path | None, env: dict) -> Check | 
     return c
 
 
-def install(check_result: Check, wheels: Path, pip_options: list[str], env: dict, say=say) -> int:
+def install(check_result: Check, wheels: Path, pip_options: list[str], env: dict, *, say) -> int:
     specs = [f"{name}=={version}" for name, version, _ in check_result.install]
     command = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--find-links", str(wheels),
                "--disable-pip-version-check", *pip_options, *specs]
@@ -335,7 +331,7 @@ def install(check_result: Check, wheels: Path, pip_options: list[str], env: dict
     return run.returncode
 
 
-def report_requirements(result: Check, wheels: Path | None, say=say, show=print) -> None:
+def report_requirements(result: Check, wheels: Path | None, *, say, show=print) -> None:
     if result.torch is None:
         say("torch is not installed: install this machine's own torch build first (gpu-run never installs torch)")
     else:

@@ -556,14 +556,6 @@ def _not_compiled_reason(snaps: list[CompileSnapshot]) -> str:
     return "not compiled: no compiled graph ran (Dynamo ran the function in eager)"
 
 
-def eager_reach(program: Program, mode: str, targets: tuple[str, ...], *, phase: str = "program",
-                synchronize: Callable[[], None] = lambda: None) -> bool:
-    """Does one traced eager run of ``program`` under ``mode`` dispatch a target? (A run that
-    raises the alert counts: the kernel was called.)"""
-    return reached(targets, eager_ops(program, mode, phase=phase, synchronize=synchronize)) \
-        and not program.meta.get("unreachable")
-
-
 def eager_ops(program: Program, mode: str, *, phase: str = "program",
               synchronize: Callable[[], None] = lambda: None) -> Counter:
     """The operators one traced eager run of ``program`` under ``mode`` dispatches (a run that

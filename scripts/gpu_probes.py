@@ -104,7 +104,7 @@ def _winner(out: torch.Tensor, rows: int) -> str:
 
 
 def _on(mode: str, fn):
-    torch.use_deterministic_algorithms(mode != "off", warn_only=mode == "warn_only")
+    _mode(mode)
     try:
         return fn()
     finally:
