@@ -34,12 +34,12 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
-from conformance.harness import drawn_programs, judge  # noqa: E402
-from conformance.plan import plan  # noqa: E402
-from engine import docspec, program  # noqa: E402
-from engine.determinism import deterministic_mode  # noqa: E402
-from engine.devices import resolve_devices  # noqa: E402
-from engine.runner import _fresh_inputs, _run_once, _seeded_like, flatten_tensors  # noqa: E402
+from detconf.conformance.harness import drawn_programs, judge  # noqa: E402
+from detconf.conformance.plan import plan  # noqa: E402
+from detconf.engine import docspec, program  # noqa: E402
+from detconf.engine.determinism import deterministic_mode  # noqa: E402
+from detconf.engine.devices import resolve_devices  # noqa: E402
+from detconf.engine.runner import _fresh_inputs, _run_once, _seeded_like, flatten_tensors  # noqa: E402
 
 
 def raw_seconds(progs: list[program.Program], runs: int, synchronize) -> float:

@@ -1,4 +1,4 @@
-"""Benchmark: ``python -m reports build`` and ``diff`` on synthetic results (a script, not a test).
+"""Benchmark: ``python -m detconf.reports build`` and ``diff`` on synthetic results (a script, not a test).
 
     python benchmarks/bench_reports.py [--rows 100000 1000000] [--shape lean|suite] [--keep DIR]
 
@@ -189,12 +189,12 @@ def write_diff_pair(directory: Path, n_rows: int, shape: str, seed: int = 1) -> 
 
 
 def measure(argv: list[str]) -> tuple[float, float, float, int, str]:
-    """Run ``python -m reports ARGV`` as a child: (wall seconds, CPU seconds, peak RSS in MiB,
+    """Run ``python -m detconf.reports ARGV`` as a child: (wall seconds, CPU seconds, peak RSS in MiB,
     exit status, stderr tail). CPU and peak RSS come from ``wait4`` (the child with the helper
     processes it waited for; the peak is the largest of them)."""
     start = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-m", "reports", *argv], cwd=ROOT, stdout=out, stderr=err)
+        proc = subprocess.Popen([sys.executable, "-m", "detconf.reports", *argv], cwd=ROOT, stdout=out, stderr=err)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)

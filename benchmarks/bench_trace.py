@@ -19,11 +19,11 @@ import torch  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-import conformance.registry  # noqa: E402,F401
-from conformance.catalog import load_catalog  # noqa: E402
-from engine.determinism import deterministic_mode  # noqa: E402
-from engine.program import recipe_for  # noqa: E402
-from engine.runner import _run_once  # noqa: E402
+import detconf.conformance.registry  # noqa: E402,F401
+from detconf.conformance.catalog import load_catalog  # noqa: E402
+from detconf.engine.determinism import deterministic_mode  # noqa: E402
+from detconf.engine.program import recipe_for  # noqa: E402
+from detconf.engine.runner import _run_once  # noqa: E402
 
 ENTRIES = ("put_(accumulate=True)[cpu]", "index_add[cuda]", "MaxPool3d.backward[cuda]",
            "interpolate(mode='linear'|'bilinear'|'bicubic'|'trilinear').backward[cuda]", "Conv2d[cuda]",

@@ -1,4 +1,4 @@
-"""Command line: ``python -m conformance <command> ...``.
+"""Command line: ``python -m detconf.conformance <command> ...``.
 
 Commands:
 
@@ -6,7 +6,7 @@ Commands:
   lines (one ``Entry.to_json()`` per line, sorted keys). Without ``--doc-version``
   the docstring of the installed torch is parsed.
 - ``spec-history``: the entries of every docstring snapshot the project keeps,
-  oldest release first, as JSON lines (the input of ``python -m reports drift``).
+  oldest release first, as JSON lines (the input of ``python -m detconf.reports drift``).
 
 Usage errors, catalog errors and a standard output that cannot take the output (closed, a
 full disk) print one line on stderr and exit with status 2.
@@ -39,8 +39,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _entries(args: argparse.Namespace) -> int:
-    from conformance.catalog import UnknownSource, load_catalog
-    from engine.entry import entries_to_jsonl
+    from detconf.conformance.catalog import UnknownSource, load_catalog
+    from detconf.engine.entry import entries_to_jsonl
 
     try:
         entries = load_catalog(args.source or ["torch-docs"], doc_version=args.doc_version)
@@ -77,8 +77,8 @@ def _add_entries(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _spec_history(args: argparse.Namespace) -> int:
-    from conformance.catalog import doc_versions, snapshot_entries
-    from engine.entry import entries_to_jsonl
+    from detconf.conformance.catalog import doc_versions, snapshot_entries
+    from detconf.engine.entry import entries_to_jsonl
 
     for version in doc_versions():
         _write(entries_to_jsonl(snapshot_entries(version)))
@@ -91,7 +91,7 @@ def _add_spec_history(subparsers: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m conformance", description="detconf conformance suite tools")
+    parser = _Parser(prog="python -m detconf.conformance", description="detconf conformance suite tools")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     _add_entries(subparsers)
     _add_spec_history(subparsers)
@@ -99,8 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from engine.docspec import UnknownDocVersion
-    from engine.entry import CatalogError
+    from detconf.engine.docspec import UnknownDocVersion
+    from detconf.engine.entry import CatalogError
 
     parser = build_parser()
     try:

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Iterable
 
 from detconf.vocabulary import CHECK_SOURCES, DEFAULT_SOURCES, OP_SOURCES, OPT_IN_SOURCES, SOURCE_NAMES
-from engine import docspec
-from conformance.sweep import sweep_entries
-from engine.entry import CatalogError, Entry, check_unique, entries_from_json
+from detconf.engine import docspec
+from detconf.conformance.sweep import sweep_entries
+from detconf.engine.entry import CatalogError, Entry, check_unique, entries_from_json
 
 __all__ = ["CHECK_SOURCES", "DATA", "DATA_FILES", "DEFAULT_SOURCES", "OPT_IN_SOURCES", "OP_SOURCES", "SOURCES",
            "PROFILE_SOURCES", "TORCH_DOCS", "UnknownSource", "data_file", "doc_versions", "load_catalog",
@@ -43,7 +43,7 @@ def read_entries_file(path: str | Path, *, source: str) -> list[Entry]:
     field) for malformed JSON, a schema violation, an entry of another source or promise, or
     a duplicate id. Torch-free: the plugin checks the data files before importing torch.
     """
-    from conformance.datafiles import read_json
+    from detconf.conformance.datafiles import read_json
 
     entries = entries_from_json(read_json(path, "catalog-entries", item="catalog entry"), path=path, source=source)
     promise = _SOURCE_PROMISE.get(source)
@@ -78,7 +78,7 @@ PROFILE_SOURCES = ("ascend", "vendor")
 
 def profiles(source: str | None = None) -> list:
     """(backend, profile) for every backend whose vendor profile is of ``source`` (None: any)."""
-    from engine.devices import backends  # torch: imported when a profile source is loaded, not before
+    from detconf.engine.devices import backends  # torch: imported when a profile source is loaded, not before
 
     return [(b, b.profile) for b in backends().values()
             if b.profile is not None and (source is None or b.profile.source == source)]

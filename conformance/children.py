@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from detconf.vocabulary import MODE_FLAGS
-from engine.fingerprint import sha256, tensor_bytes
+from detconf.engine.fingerprint import sha256, tensor_bytes
 
 
 def _set_mode(mode: str) -> None:
@@ -35,7 +35,7 @@ def default_fill(payload: dict[str, Any]) -> dict[str, Any]:
 
 def seeded_ops(payload: dict[str, Any]) -> dict[str, str]:
     """Every random op after ``manual_seed`` / ``random.seed`` / ``np.random.seed`` with one seed."""
-    from conformance import rng_ops
+    from detconf.conformance import rng_ops
 
     _set_mode(payload["mode"])
     seed = payload["seed"]

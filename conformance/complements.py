@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable
 
-from conformance.plan import same_conditions
-from engine.entry import Entry, check_unique, make_entry_id
+from detconf.conformance.plan import same_conditions
+from detconf.engine.entry import Entry, check_unique, make_entry_id
 
 __all__ = ["LIST_NAME", "complement_of", "complements"]
 

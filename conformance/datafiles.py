@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from engine.entry import CatalogError
+from detconf.engine.entry import CatalogError
 
 SCHEMAS = Path(__file__).resolve().parent / "data" / "schemas"
 

@@ -56,8 +56,8 @@ def load_findings(path: str | Path | None = None) -> list[Finding]:
     """
     import os
 
-    from conformance.datafiles import read_json
-    from engine.entry import CatalogError
+    from detconf.conformance.datafiles import read_json
+    from detconf.engine.entry import CatalogError
 
     path = Path(path) if path is not None else FINDINGS_FILE
     try:

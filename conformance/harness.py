@@ -33,18 +33,18 @@ try:
 except ImportError:  # pragma: no cover - an older or newer Hypothesis without it: always data.draw
     _should_note = None
 
-import conformance.registry  # noqa: F401  (registers every recipe and check)
-from conformance.kit import stable_draws
-from conformance.plan import Case
+import detconf.conformance.registry  # noqa: F401  (registers every recipe and check)
+from detconf.conformance.kit import stable_draws
+from detconf.conformance.plan import Case
 from detconf.vocabulary import MODE_CALLS, SCHEMA_VERSION
-from engine import checks, comparison, fleet, program, strategies, verdict
-from engine.compiled import Compiler, compile_unavailable
-from engine.determinism import GlobalState, capture_state, preserved_rng, restore_state
-from engine.devices import Backend
-from engine.fingerprint import sha256, tensor_bytes
-from engine.observation import Observation
-from engine.runner import RunOutcome, backend_gap, eager_ops, missing_kernel, run_program, run_values
-from engine.trace import DispatchTrace, reached, top_ops
+from detconf.engine import checks, comparison, fleet, program, strategies, verdict
+from detconf.engine.compiled import Compiler, compile_unavailable
+from detconf.engine.determinism import GlobalState, capture_state, preserved_rng, restore_state
+from detconf.engine.devices import Backend
+from detconf.engine.fingerprint import sha256, tensor_bytes
+from detconf.engine.observation import Observation
+from detconf.engine.runner import RunOutcome, backend_gap, eager_ops, missing_kernel, run_program, run_values
+from detconf.engine.trace import DispatchTrace, reached, top_ops
 
 
 class _NonConforming(Exception):
@@ -396,7 +396,7 @@ def _host_adjudicate(prog: program.Program, outcome: RunOutcome, reference: list
 @functools.lru_cache(maxsize=1)
 def _host_backend() -> Backend:
     """The CPU, where host references run (the built-in backend: no entry points to scan)."""
-    from engine.devices import cpu_backend
+    from detconf.engine.devices import cpu_backend
 
     return cpu_backend()
 

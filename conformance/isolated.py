@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.catalog import PROFILE_SOURCES, import_vendor_recipes
-from conformance.plan import Case
+from detconf.conformance.catalog import PROFILE_SOURCES, import_vendor_recipes
+from detconf.conformance.plan import Case
 from detconf.child import ChildFailed, child_env, run_in_child
 
-TARGET = "conformance.isolated:judge_payload"
+TARGET = "detconf.conformance.isolated:judge_payload"
 
 
 def payload_for(case: Case, *, profile: str, runs: int, device_index: int | None = None) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def judge_in_subprocess(case: Case, *, profile: str, runs: int, timeout: float =
     ``unset_env`` names variables the child must not see (e.g.
     ``CUBLAS_WORKSPACE_CONFIG``, which CUDA reads once per process).
     """
-    from conformance.harness import crashed_row
+    from detconf.conformance.harness import crashed_row
 
     try:
         row = run_in_child(TARGET, payload_for(case, profile=profile, runs=runs, device_index=device_index),
@@ -48,9 +48,9 @@ def judge_in_subprocess(case: Case, *, profile: str, runs: int, timeout: float =
 
 def judge_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """Child side: judge the case in ``payload`` on its device and return the row."""
-    from conformance import profiles
-    from conformance.harness import judge
-    from engine.devices import resolve_devices
+    from detconf.conformance import profiles
+    from detconf.conformance.harness import judge
+    from detconf.engine.devices import resolve_devices
 
     profiles.load(payload["profile"])
     case = Case.from_json(payload["case"])

@@ -43,10 +43,10 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from engine.comparison import Writes, admissible_set
-from engine.entry import Entry
-from engine.program import Program
-from engine.strategies import (SEED_RANGE, DUPLICATE_SHARES, build_indices, build_tensor, float_dtypes, scale_limits,
+from detconf.engine.comparison import Writes, admissible_set
+from detconf.engine.entry import Entry
+from detconf.engine.program import Program
+from detconf.engine.strategies import (SEED_RANGE, DUPLICATE_SHARES, build_indices, build_tensor, float_dtypes, scale_limits,
                                seeds)
 
 __all__ = [
@@ -65,7 +65,7 @@ REPRO_IMPORTS = (
     "",
     "import torch",
     "import torch.nn.functional as F",
-    "from engine.strategies import build_indices, build_tensor",
+    "from detconf.engine.strategies import build_indices, build_tensor",
 )
 _OP_GLOBALS = {"torch": torch, "F": F, "math": math, "warnings": warnings}
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from detconf.vocabulary import COMPILERS, DETERMINISTIC_MODES, SOURCE_NAMES, UNLISTED_SOURCES
-from engine.entry import CatalogError, Entry
-from engine.verdict import expected_outcome
+from detconf.engine.entry import CatalogError, Entry
+from detconf.engine.verdict import expected_outcome
 
 
 def same_conditions(a: Entry, b: Entry) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from conformance.plan import Case
+from detconf.conformance.plan import Case
 
 
 def planned_fields(cases: Iterable[Case], expected_for: Callable[[Case], str] | None = None) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def kept() -> Iterator[None]:
 def load(name: str) -> None:
     settings.load_profile(name)
     try:
-        from engine import strategies
+        from detconf.engine import strategies
     except ImportError:
         return
     set_scale = getattr(strategies, "set_scale", None)

@@ -46,7 +46,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from conformance.kit import (
+from detconf.conformance.kit import (
     NO_HALF,
     Example,
     forward_backward,
@@ -62,10 +62,10 @@ from conformance.kit import (
     target_side,
     window,
 )
-from engine.comparison import runs_only
-from engine.entry import Entry
-from engine.program import Program, recipe
-from engine.trace import Targets
+from detconf.engine.comparison import runs_only
+from detconf.engine.entry import Entry
+from detconf.engine.program import Program, recipe
+from detconf.engine.trace import Targets
 
 # Targets (engine.trace): the ATen operators each sentence is about, declared on each recipe.
 # Reach is judged on the operators dispatched below autograd: composite ops show up as what

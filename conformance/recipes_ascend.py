@@ -47,11 +47,11 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from conformance import recipes as torch_docs_recipes
-from conformance.kit import NO_HALF, Example, index_put_parts, index_put_writes, pool_input, shape, window
-from engine.entry import Entry
-from engine.program import Program, RecipeSkipped, recipe
-from engine.trace import Targets
+from detconf.conformance import recipes as torch_docs_recipes
+from detconf.conformance.kit import NO_HALF, Example, index_put_parts, index_put_writes, pool_input, shape, window
+from detconf.engine.entry import Entry
+from detconf.engine.program import Program, RecipeSkipped, recipe
+from detconf.engine.trace import Targets
 
 # Targets: the Ascend list is about training, so reaching either the forward or the backward
 # kernel of the API is reaching it. Composite APIs are judged by what they decompose into

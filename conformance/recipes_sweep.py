@@ -37,13 +37,13 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from conformance import sweep
-from engine import comparison
-from engine.backends import HOST
-from engine.determinism import preserved_python_rng
-from engine.entry import Entry
-from engine.program import NOT_JUDGED, Program, RecipeSkipped, recipe_prefix
-from engine.runner import UNSUPPORTED, missing_kernel
+from detconf.conformance import sweep
+from detconf.engine import comparison
+from detconf.engine.backends import HOST
+from detconf.engine.determinism import preserved_python_rng
+from detconf.engine.entry import Entry
+from detconf.engine.program import NOT_JUDGED, Program, RecipeSkipped, recipe_prefix
+from detconf.engine.runner import UNSUPPORTED, missing_kernel
 
 # At most this many samples of an OpInfo are generated and considered per
 # example (the first ones: generation is sequential). Override with
@@ -377,7 +377,7 @@ def _detached(value: Any) -> Any:
 
 
 def _differentiable(value: Any) -> bool:
-    from engine.runner import flatten_tensors
+    from detconf.engine.runner import flatten_tensors
 
     return any(t.requires_grad and (t.is_floating_point() or t.is_complex()) for _, t in flatten_tensors(value))
 

@@ -4,4 +4,4 @@ Importing a recipe or check module runs its ``@recipe`` / ``@check``
 decorators; this module imports all of them, so ``import conformance.registry``
 is all a caller (the harness, a test, a benchmark) needs before looking one up.
 """
-from conformance import checks, recipes, recipes_ascend, recipes_sweep  # noqa: F401
+from detconf.conformance import checks, recipes, recipes_ascend, recipes_sweep  # noqa: F401

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from engine.fingerprint import sha256, tensor_bytes
+from detconf.engine.fingerprint import sha256, tensor_bytes
 
 RNG_OPS = ("randn", "rand", "dropout", "randperm", "multinomial", "svd_lowrank")
 

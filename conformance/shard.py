@@ -12,7 +12,7 @@ import hashlib
 import re
 from typing import Iterable
 
-from conformance.plan import Case
+from detconf.conformance.plan import Case
 
 
 class ShardError(ValueError):

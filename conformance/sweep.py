@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from engine.entry import CatalogError, Entry, check_unique
+from detconf.engine.entry import CatalogError, Entry, check_unique
 
 SOURCE = "sweep"
 LIST_NAME = "sweep"
@@ -98,8 +98,8 @@ def _import_op_db() -> list:
     # and adds warning filters when imported: the guard undoes that
     # (engine.determinism.import_effects_undone). It also registers and loads Hypothesis
     # profiles of its own (one of them named "dev", like ours): the chosen profile survives.
-    from conformance import profiles
-    from engine.determinism import import_effects_undone  # torch: imported when the sweep is asked for
+    from detconf.conformance import profiles
+    from detconf.engine.determinism import import_effects_undone  # torch: imported when the sweep is asked for
 
     try:
         with profiles.kept(), import_effects_undone():
@@ -223,7 +223,7 @@ def sweep_entries(torch_docs_entries: Iterable[Entry] | None = None) -> list[Ent
     """
     ops = load_op_db()
     if torch_docs_entries is None:
-        from engine import docspec
+        from detconf.engine import docspec
 
         torch_docs_entries = docspec.installed_entries()
     names = [opinfo_name(op) for op in ops]

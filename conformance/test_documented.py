@@ -9,9 +9,9 @@ import warnings
 
 import pytest
 
-from conformance.findings import known_finding
-from conformance.harness import d2d_message, failure_message, judge, skipped_row
-from conformance.isolated import judge_in_subprocess
+from detconf.conformance.findings import known_finding
+from detconf.conformance.harness import d2d_message, failure_message, judge, skipped_row
+from detconf.conformance.isolated import judge_in_subprocess
 from detconf.vocabulary import is_passing
 
 

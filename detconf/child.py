@@ -13,9 +13,9 @@ determinism flag sticks per thread, ``--isolate``, old cuBLAS entries that need
 ``CUBLAS_WORKSPACE_CONFIG`` unset), the checks that need a process of their own
 (seeds across processes, the default of ``fill_uninitialized_memory``,
 ``CUBLAS_WORKSPACE_CONFIG``), the end-of-run report builder the plugin starts
-beside the tests (``reports.standby:main``, which answers on its standard output
+beside the tests (``detconf.reports.standby:main``, which answers on its standard output
 and reads its request from its standard input) and the report build's helpers
-(``reports.picture:main``, ``reports.spans:main``).
+(``detconf.reports.picture:main``, ``detconf.reports.spans:main``).
 
 Torch-free and standard library only: the reports use it too.
 

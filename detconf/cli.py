@@ -1,7 +1,7 @@
 """The ``detconf`` command.
 
 ``detconf run [pytest args]`` runs the conformance suite (the installed one, or the checkout this
-module belongs to) from any folder; ``detconf report SUB [args]`` is ``python -m reports SUB``
+module belongs to) from any folder; ``detconf report SUB [args]`` is ``python -m detconf.reports SUB``
 (build, diff, drift, sensitivity, certify, verify and whatever else the reports CLI knows: its
 own parser answers for the subcommand); ``detconf gpu-run [options] [-- pytest args]`` checks and
 installs the requirements from a wheel folder, runs every step of the suite on a GPU machine and
@@ -30,7 +30,7 @@ commands:
                         detconf run --device cuda --mode error --hypothesis-profile ci -n auto;
                         detconf run --help shows detconf's options first
   options               detconf's options, grouped, and the Hypothesis profiles with what each costs
-  report SUB [args]     python -m reports SUB: build (the matrix of results files), diff (two runs
+  report SUB [args]     python -m detconf.reports SUB: build (the matrix of results files), diff (two runs
                         cell by cell), drift (the documented promises across releases),
                         sensitivity, fingerprints (two GPUs' bytes), overview, certify, verify
   gpu-run [options]     everything on a GPU machine offline, inside a --budget, into one archive
@@ -42,7 +42,7 @@ Bad input: one line on standard error, exit status 2. docs: README.md and docs/ 
 """
 
 #: Run from the suite's root: prints the Hypothesis profiles (conformance/profiles.py's own text).
-_PROFILES = ("from conformance import profiles; "
+_PROFILES = ("from detconf.conformance import profiles; "
              "print(profiles.__doc__.split(chr(10) + chr(10), 1)[1].replace('``', '`'))")
 
 
@@ -116,9 +116,9 @@ def _main(argv: list[str] | None) -> int:
         if not rest:
             return _error("detconf report needs a subcommand: build, diff, drift, sensitivity, certify, verify "
                           "or fingerprints")
-        if importlib.util.find_spec("reports") is None:
+        if importlib.util.find_spec("detconf.reports") is None:
             return _error("cannot find the reports package: reinstall detconf")
-        return subprocess.call([sys.executable, "-m", "reports", *rest])
+        return subprocess.call([sys.executable, "-m", "detconf.reports", *rest])
     if command == "gpu-run":
         from detconf import gpurun
 

@@ -182,7 +182,7 @@ def driver():
     except OSError:
         return None
 def backends():
-    from engine.devices import backends
+    from detconf.engine.devices import backends
     return {name: b.describe() for name, b in sorted(backends().items())}
 part("torch", describe_torch)
 part("gpus", gpus)
@@ -190,7 +190,7 @@ part("nvidia_smi", nvidia_smi)
 part("driver", driver)
 part("backends", backends)
 def math_mode():
-    from engine import mathmode
+    from detconf.engine import mathmode
     available = [n for n, d in (info.get("backends") or {}).items() if d.get("available")] or ["cpu"]
     return {"describe": {n: mathmode.describe(n) for n in available}, "settings": mathmode.capture()}
 part("math_mode", math_mode)
@@ -506,7 +506,7 @@ def _end_record(results: Path) -> dict | None:
 
 def build_report(plan: Plan, results: Path) -> str | None:
     """The matrix folder beside a results file: the suite's own (``<results>-report/``), else
-    built here with ``python -m reports build`` (bounded by the budget)."""
+    built here with ``python -m detconf.reports build`` (bounded by the budget)."""
     folder = results.with_name(results.stem + "-report")
     if folder.is_dir() and any(folder.iterdir()):
         return str(folder.relative_to(plan.out))
@@ -514,10 +514,10 @@ def build_report(plan: Plan, results: Path) -> str | None:
         return None
     left = plan.clock.left()
     if left is not None and left < 5:
-        say(f"no report for {results.name}: the budget is spent (build it later: python -m reports build {results})")
+        say(f"no report for {results.name}: the budget is spent (build it later: python -m detconf.reports build {results})")
         return None
     try:
-        code, cut = run_bounded([sys.executable, "-m", "reports", "build", str(results), "--out", str(folder), "--quiet"],
+        code, cut = run_bounded([sys.executable, "-m", "detconf.reports", "build", str(results), "--out", str(folder), "--quiet"],
                                 plan.root, plan.env, plan.out / "logs" / f"{results.stem}-report.log", True, left)
     except OSError as exc:
         say(f"could not build the report of {results.name}: {exc}")

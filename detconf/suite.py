@@ -7,8 +7,8 @@ from pathlib import Path
 
 
 def suite_root() -> Path | None:
-    """The folder that holds the ``conformance`` package (checkout or site-packages)."""
-    spec = importlib.util.find_spec("conformance")
+    """The folder that holds the ``conformance`` package: the checkout, or ``site-packages/detconf``."""
+    spec = importlib.util.find_spec("detconf.conformance")
     for location in (spec.submodule_search_locations or []) if spec else []:
         if (Path(location) / "test_documented.py").is_file():
             return Path(location).parent

@@ -33,7 +33,7 @@ from typing import Any, Callable, ContextManager, Iterable
 
 import torch
 
-from engine import mathmode
+from detconf.engine import mathmode
 
 class UnknownDevice(ValueError):
     """A device name that no backend knows (one-line message)."""
@@ -193,11 +193,11 @@ GROUP = "detconf.backends"
 BUILTIN_ORIGIN = "built-in"
 #: (entry point name, object reference): the same strings detconf's pyproject.toml declares.
 BUILTINS = (
-    ("cpu", "engine.devices:cpu_backend"),
-    ("cuda", "engine.devices:cuda_backend"),
-    ("mps", "engine.devices:mps_backend"),
-    ("npu", "engine.devices:npu_backend"),
-    ("privateuse1", "engine.devices:privateuse1_backends"),
+    ("cpu", "detconf.engine.devices:cpu_backend"),
+    ("cuda", "detconf.engine.devices:cuda_backend"),
+    ("mps", "detconf.engine.devices:mps_backend"),
+    ("npu", "detconf.engine.devices:npu_backend"),
+    ("privateuse1", "detconf.engine.devices:privateuse1_backends"),
 )
 #: The device types the built-in backends name (the PrivateUse1 one takes whatever name torch has).
 BUILTIN_DEVICES = tuple(name for name, _ in BUILTINS if name != "privateuse1")
@@ -256,7 +256,7 @@ def _load(ep: metadata.EntryPoint, origin: str) -> list[Backend]:
         raise BackendError(f"{where} failed: {first}") from None
     found = [] if obj is None else [obj] if isinstance(obj, Backend) else obj
     if not isinstance(found, (list, tuple)) or not all(isinstance(b, Backend) for b in found):
-        raise BackendError(f"{where} gave {type(obj).__name__}, not an engine.devices.Backend "
+        raise BackendError(f"{where} gave {type(obj).__name__}, not a detconf.engine.devices.Backend "
                            "(or a list of them); see docs/backends.md")
     out = []
     for backend in found:

@@ -34,8 +34,8 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 
 from detconf.vocabulary import COMPILERS
-from engine.determinism import environment
-from engine.trace import reached
+from detconf.engine.determinism import environment
+from detconf.engine.trace import reached
 
 __all__ = ["CompileSnapshot", "Compiler", "compile_unavailable", "compiled_reach", "flushes_denormals",
            "is_compile_failure", "keeping_denormals", "private_cache", "CACHE_ENV_VARS"]

@@ -35,7 +35,7 @@ import torch
 
 from detconf.gc_pause import gc_paused
 from detconf.vocabulary import DETERMINISTIC_MODES, MODE_FLAGS, MODES, debug_level
-from engine import mathmode
+from detconf.engine import mathmode
 
 __all__ = ["GUARDED_ENV_VARS", "MATH_MODE_PREFIX", "GlobalState", "apply_mode", "capture_state", "current_state",
            "deterministic_mode", "environment", "import_effects_undone", "mode_is_on", "preserved_global_state",

@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from engine.backends import BUILTIN_DEVICES, Backend, BackendError, UnknownDevice, VendorProfile, load_backends
+from detconf.engine.backends import BUILTIN_DEVICES, Backend, BackendError, UnknownDevice, VendorProfile, load_backends
 
 __all__ = ["Backend", "BackendError", "UnknownDevice", "VendorProfile", "available_devices", "backends",
            "backend_for", "inductor_codegen", "resolve_devices", "unavailable_reason"]
@@ -118,7 +118,7 @@ def _privateuse1_name() -> str | None:
 # Runtimes that can describe a PrivateUse1 device its own module does not describe: the
 # device's index → {"device_name": ..., "versions": {...}} or {"error": ...}.
 def _opencl_runtime(index: int) -> dict:
-    from engine import opencl_runtime
+    from detconf.engine import opencl_runtime
 
     return opencl_runtime.describe(index)
 
@@ -303,7 +303,7 @@ def mps_backend() -> Backend:
 
 #: The Ascend NPU deterministic-computation list: the built-in NPU backend's vendor profile, read
 #: like any vendor's (source ``ascend``); the list and its recipes ship with detconf.
-ASCEND_PROFILE = VendorProfile(data="conformance:data/ascend.json", recipes=("conformance.recipes_ascend",),
+ASCEND_PROFILE = VendorProfile(data="detconf.conformance:data/ascend.json", recipes=("detconf.conformance.recipes_ascend",),
                                source="ascend")
 
 

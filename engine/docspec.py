@@ -39,7 +39,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from engine.entry import CatalogError, Entry, check_unique, make_entry_id
+from detconf.engine.entry import CatalogError, Entry, check_unique, make_entry_id
 
 SNAPSHOT_FILE = "use_deterministic_algorithms.txt"
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from engine.devices import Backend
+from detconf.engine.devices import Backend
 
 #: A worker that could run on no device at all: a cap is never below this.
 MIN_WORKERS = 1

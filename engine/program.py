@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from engine.trace import Targets
+from detconf.engine.trace import Targets
 
 Recipe = Callable[..., "Program"]
 #: The declared-absent target: the op's rows carry no reach (no documented kernel to reach).

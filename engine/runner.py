@@ -25,14 +25,14 @@ import torch
 from collections import Counter
 
 from detconf.vocabulary import PHASES
-from engine import comparison
-from engine.backends import HOST
-from engine.compiled import CompileSnapshot, Compiler, compiled_reach, is_compile_failure
-from engine.determinism import apply_mode, deterministic_mode
-from engine.fingerprint import sha256
-from engine.observation import Observation
-from engine.program import Program
-from engine.trace import DispatchTrace, OpFailure, reached, top_ops
+from detconf.engine import comparison
+from detconf.engine.backends import HOST
+from detconf.engine.compiled import CompileSnapshot, Compiler, compiled_reach, is_compile_failure
+from detconf.engine.determinism import apply_mode, deterministic_mode
+from detconf.engine.fingerprint import sha256
+from detconf.engine.observation import Observation
+from detconf.engine.program import Program
+from detconf.engine.trace import DispatchTrace, OpFailure, reached, top_ops
 
 __all__ = ["DETERMINISM_ALERT", "Observation", "PHASES", "RunOutcome", "UNSUPPORTED", "as_bytes", "backend_gap", "compare_runs", "missing_kernel",
            "compare_values", "dense_cpu", "flatten_tensors", "observe", "run_program", "run_values"]

@@ -19,7 +19,7 @@ from typing import Iterable, Mapping
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from engine.backends import HOST
+from detconf.engine.backends import HOST
 
 __all__ = ["DispatchTrace", "OpFailure", "Targets", "TargetError", "matches", "reached", "top_ops"]
 
@@ -88,7 +88,7 @@ def _replay_on_cpu(func, args, kwargs) -> str:
     and the RNG states are put back afterwards."""
     import warnings
 
-    from engine.determinism import deterministic_mode
+    from detconf.engine.determinism import deterministic_mode
 
     with deterministic_mode("off", cudnn_benchmark=None, rng=True), warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from detconf.vocabulary import DOC_DEVICES, EXPECTATIONS, FAILING, PASSING, REACH_GATED, STRICT_SOURCES, UNLISTED_SOURCES, VERDICTS
-from engine.entry import Entry
-from engine.observation import Observation
+from detconf.engine.entry import Entry
+from detconf.engine.observation import Observation
 
 __all__ = ["FAILING", "PASSING", "VERDICTS", "expected_outcome", "is_listed", "observed_word", "verdict_for",
            "with_differential", "with_kernels", "worst"]

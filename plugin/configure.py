@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from plugin.devices import use_devices
-from plugin.options import compilers, is_worker
-from plugin.plan import case_plan, unknown_findings
-from plugin.results import ResultsWriter
-from plugin.validation import check_options, one_line, writes_results
+from detconf.plugin.devices import use_devices
+from detconf.plugin.options import compilers, is_worker
+from detconf.plugin.plan import case_plan, unknown_findings
+from detconf.plugin.results import ResultsWriter
+from detconf.plugin.validation import check_options, one_line, writes_results
 
 
 #: The filter (pytest's ``filterwarnings`` syntax) for the deprecation torch's own modules raise.
@@ -26,7 +26,7 @@ def pytest_configure(config: pytest.Config) -> None:
     check_options(config)  # already done unless this conftest was not an initial one
     from hypothesis import settings
 
-    from conformance import profiles
+    from detconf.conformance import profiles
     from detconf.gc_pause import gc_paused
 
     with gc_paused(freeze=True):  # imports torch: its objects live as long as the run
@@ -38,9 +38,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # torch's own modules, imported by the first torch.compile, warn that torch.jit.script_method
     # is deprecated (14 lines in every run's summary, none of them the suite's or the user's).
     config.addinivalue_line("filterwarnings", TORCH_JIT_DEPRECATION)
-    from conformance.catalog import UnknownSource
-    from engine.devices import UnknownDevice, resolve_devices, unavailable_reason
-    from engine.entry import CatalogError
+    from detconf.conformance.catalog import UnknownSource
+    from detconf.engine.devices import UnknownDevice, resolve_devices, unavailable_reason
+    from detconf.engine.entry import CatalogError
 
     requested = config.getoption("--device")
     try:
@@ -69,7 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not is_worker(config) and any(c != "eager" for c in compilers(config)):
         # Compiled artefacts go to a folder of this run's own (xdist workers inherit it), so a
         # run neither reuses another run's kernels nor leaves its own behind.
-        from engine.compiled import private_cache
+        from detconf.engine.compiled import private_cache
 
         config._detconf_cache = private_cache()
         config._detconf_cache.__enter__()

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from plugin.options import is_worker
+from detconf.plugin.options import is_worker
 
 
 def use_devices(config: pytest.Config) -> None:
     """Give this process its device of each backend (worker i: device i mod count) and, on the
     controller, lower -n to the number of workers the devices' free memory holds."""
-    from engine.fleet import bind, worker_cap
+    from detconf.engine.fleet import bind, worker_cap
 
     workerid = config.workerinput.get("workerid") if is_worker(config) else None
     config._detconf_backends = bind(config._detconf_backends, workerid)

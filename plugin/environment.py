@@ -10,14 +10,14 @@ import pytest
 
 from detconf.revision import revision
 from detconf.vocabulary import DEFAULT_MODES
-from plugin.options import ROOT, compilers
+from detconf.plugin.options import ROOT, compilers
 
 
 def environment(config: pytest.Config) -> dict:
     import torch
     from hypothesis import settings
 
-    from engine import mathmode
+    from detconf.engine import mathmode
 
     # Only the suite's own checkout counts (an installed copy inside some other repository, a venv
     # in a project folder, must not report that repository's commit); a pack's copy of the tree

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from plugin.plan import case_of, plain_nodeid
-from plugin.rerun import rerun_command
+from detconf.plugin.plan import case_of, plain_nodeid
+from detconf.plugin.rerun import rerun_command
 
 ROW_KEY = "detconf_row"
 #: The attribute a generated test's reports carry: its case id and node id as collected, so that
@@ -66,7 +66,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 def crashed_row(case, report: pytest.TestReport, nodeid: str) -> dict:
     """The row of ``case``, whose test failed or whose worker died without a row of its own."""
-    from conformance import harness
+    from detconf.conformance import harness
 
     text = str(report.longrepr).strip().splitlines()
     row = harness.crashed_row(case, text[-1] if text else "failed without a result row")

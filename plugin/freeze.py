@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from plugin.plan import case_of
+from detconf.plugin.plan import case_of
 
 
 @pytest.hookimpl(trylast=True)

@@ -6,15 +6,15 @@ import platform
 import pytest
 
 from detconf.vocabulary import DEFAULT_MODES
-from plugin.devices import device_lines
-from plugin.options import compilers
+from detconf.plugin.devices import device_lines
+from detconf.plugin.options import compilers
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     import torch
     from hypothesis import settings
 
-    from engine.determinism import current_state
+    from detconf.engine.determinism import current_state
 
     lines = [f"detconf: torch {torch.__version__} (git {getattr(torch.version, 'git_version', '?')[:10]}), "
              f"python {platform.python_version()}, {platform.platform()}"]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import profiles
+from detconf.conformance import profiles
 from detconf.vocabulary import DEFAULT_COMPILERS
 
 #: The suite's root: the checkout, or the folder the packages are installed in (``pip install .``).

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from detconf.vocabulary import DEFAULT_MODES
-from plugin.options import compilers
+from detconf.plugin.options import compilers
 
 #: The generated test (conformance/test_documented.py) and its parameter, the case.
 CONFORMANCE_TEST = "test_documented"
@@ -22,15 +22,15 @@ def case_plan(config: pytest.Config):
     cached = getattr(config, "_detconf_plan", None)
     if cached is not None:
         return cached
-    from conformance.catalog import load_catalog
-    from conformance.plan import plan
+    from detconf.conformance.catalog import load_catalog
+    from detconf.conformance.plan import plan
     from detconf.vocabulary import DEFAULT_SOURCES
 
     sources = config.getoption("--source") or list(DEFAULT_SOURCES)
     modes = config.getoption("--mode") or list(DEFAULT_MODES)
     catalog = load_catalog(sources, doc_version=config.getoption("--doc-version"))
     if "torch-docs" in sources and not config.getoption("--no-complements"):
-        from conformance.complements import complements
+        from detconf.conformance.complements import complements
 
         catalog = catalog + complements(catalog)
     config._detconf_catalog_ids = {(e.source, e.id) for e in catalog}
@@ -38,8 +38,8 @@ def case_plan(config: pytest.Config):
     chosen = compilers(config)
     compiles = None
     if any(c != "eager" for c in chosen):
-        import conformance.registry  # noqa: F401  (the checks say which of them compile what they observe)
-        from engine.checks import compiles as check_compiles
+        import detconf.conformance.registry  # noqa: F401  (the checks say which of them compile what they observe)
+        from detconf.engine.checks import compiles as check_compiles
 
         def compiles(entry):
             return check_compiles(entry.source, entry.id)
@@ -52,7 +52,7 @@ def case_plan(config: pytest.Config):
     config._detconf_plan_unsharded = len(cases)
     shard = getattr(config, "_detconf_shard", None)
     if shard is not None:
-        from conformance.shard import select
+        from detconf.conformance.shard import select
 
         cases = select(cases, *shard)
     config._detconf_plan = cases
@@ -88,7 +88,7 @@ def unknown_findings(config: pytest.Config) -> list[str]:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if CASE_PARAMETER in metafunc.fixturenames:
-        from conformance.plan import heaviest_first
+        from detconf.conformance.plan import heaviest_first
 
         cases = heaviest_first(case_plan(metafunc.config))  # an eager-only plan keeps its order
         params = [pytest.param(c, marks=_compile_group(c), id=c.id) for c in cases]

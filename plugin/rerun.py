@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from detconf.vocabulary import DEFAULT_MODES
-from plugin.options import ROOT, compilers
+from detconf.plugin.options import ROOT, compilers
 
 
 def rerun_command(config: pytest.Config, node: pytest.Item) -> str:

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from detconf.vocabulary import DEFAULT_MODES, REPORT_FILES, SCHEMA_VERSION
-from plugin.environment import environment
-from plugin.fixtures import CASE_ATTRIBUTE, ROW_KEY, crashed_row
-from plugin.plan import CONFORMANCE_TEST, case_of, cases_by_test_name
-from plugin.resultsfile import existing_results_problem, in_use
-from plugin.standby import Standby
-from plugin.validation import one_line
+from detconf.plugin.environment import environment
+from detconf.plugin.fixtures import CASE_ATTRIBUTE, ROW_KEY, crashed_row
+from detconf.plugin.plan import CONFORMANCE_TEST, case_of, cases_by_test_name
+from detconf.plugin.resultsfile import existing_results_problem, in_use
+from detconf.plugin.standby import Standby
+from detconf.plugin.validation import one_line
 
 #: Rows are fsynced at most this often (seconds); the run and end records always are.
 SYNC_EVERY_S = 2
@@ -53,7 +53,7 @@ def _report_dir_problem(out: Path, results: Path | None = None) -> str | None:
     folders of builds (a killed build's leftover is removed by the next build) -- and, given
     ``results``, the report of that results file and of no other (``r.jsonl`` and ``r.json``
     would share ``r-report/``)."""
-    from reports import manifest
+    from detconf.reports import manifest
 
     return manifest.folder_problem(out, None if results is None else [results], REPORT_FILES)
 
@@ -65,7 +65,7 @@ def _as_unicode(value):
     """``value`` (JSON data) with every string made :func:`reports.safe.unicode_text`: lone
     surrogates (``surrogateescape``: bytes a non-UTF-8 locale could not decode) read as the
     UTF-8 they stand for."""
-    from reports.safe import unicode_text
+    from detconf.reports.safe import unicode_text
 
     if isinstance(value, str):
         return unicode_text(value)
@@ -401,7 +401,7 @@ class ResultsWriter:
                   f"mode{'s' if len(modes) > 1 else ''} {', '.join(modes)}")
         if "vendor" in sources:
             try:
-                from conformance.catalog import vendor_profiles
+                from detconf.conformance.catalog import vendor_profiles
 
                 if not vendor_profiles():
                     reason += " (source 'vendor': no installed backend declares a vendor list)"
@@ -410,7 +410,7 @@ class ResultsWriter:
         return reason
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-        from reports.safe import terminal
+        from detconf.reports.safe import terminal
 
         tr = terminalreporter
         for line in getattr(config, "_detconf_unknown_findings", ()):
@@ -474,13 +474,13 @@ class ResultsWriter:
         if reply is not None:
             self.standby_answered = True
             return reply
-        from reports.standby import handle
+        from detconf.reports.standby import handle
 
         return handle(request)
 
 
 def _planned_fields(cases: list) -> dict:
-    from conformance.planned import planned_fields
+    from detconf.conformance.planned import planned_fields
 
     return planned_fields(cases)  # each case carries its expected outcome
 

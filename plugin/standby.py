@@ -11,7 +11,7 @@ class Standby:
     with the session so that its imports overlap the tests; one request, one reply."""
 
     #: Its target (:mod:`detconf.child`): it answers on its standard output and leaves at once.
-    TARGET = "reports.standby:main"
+    TARGET = "detconf.reports.standby:main"
 
     def __init__(self, child: Child) -> None:
         self.child = child

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from plugin.options import MAX_RUNS, ROOT, is_worker
-from plugin.resultsfile import results_problem, standard_streams
+from detconf.plugin.options import MAX_RUNS, ROOT, is_worker
+from detconf.plugin.resultsfile import results_problem, standard_streams
 
 
 def one_line(text: object) -> str:
@@ -34,7 +34,7 @@ def _runs(value: object) -> int:
 def _known_profiles() -> list[str]:
     from hypothesis import settings
 
-    from conformance import profiles
+    from detconf.conformance import profiles
 
     registered = getattr(settings, "_profiles", None)
     return sorted(registered) if isinstance(registered, dict) else sorted({*profiles.PROFILES, "default"})
@@ -46,7 +46,7 @@ def _choose_profile(config: pytest.Config) -> None:
     from hypothesis import settings
     from hypothesis.errors import InvalidArgument
 
-    from conformance import profiles  # noqa: F401  (registers dev, ci and thorough)
+    from detconf.conformance import profiles  # noqa: F401  (registers dev, ci and thorough)
 
     name = getattr(config.option, "hypothesis_profile", None)
     if name is None:
@@ -109,16 +109,16 @@ def check_options(config: pytest.Config) -> None:
     pytest_configure, which needs torch)."""
     if getattr(config, "_detconf_checked", False):
         return
-    from conformance.catalog import DATA_FILES, SOURCES, data_file, doc_versions, read_entries_file
-    from conformance.findings import load_findings
+    from detconf.conformance.catalog import DATA_FILES, SOURCES, data_file, doc_versions, read_entries_file
+    from detconf.conformance.findings import load_findings
     from detconf.vocabulary import DEFAULT_SOURCES, MODES
-    from engine.entry import CatalogError
+    from detconf.engine.entry import CatalogError
 
     option = config.option
     option.runs = _runs(option.runs)
     option.worker_memory = _worker_memory(option.worker_memory)
     if option.shard is not None:
-        from conformance.shard import ShardError, parse_shard
+        from detconf.conformance.shard import ShardError, parse_shard
 
         try:
             config._detconf_shard = parse_shard(option.shard)

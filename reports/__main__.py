@@ -1,4 +1,4 @@
-"""``python -m reports {build,diff,drift,sensitivity,overview,certify,verify,fingerprints}``.
+"""``python -m detconf.reports {build,diff,drift,sensitivity,overview,certify,verify,fingerprints}``.
 
 Exit status: 0 success; 1 ``diff`` found a regression, or ``verify`` (or the check at the end of
 ``certify``) refused the package, one line per problem; 2 bad input, an output that cannot be
@@ -12,16 +12,16 @@ import importlib.util
 import os
 import sys
 
-from reports.safe import terminal
+from detconf.reports.safe import terminal
 
 EXIT_OK, EXIT_REGRESSED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def _parser():
-    from reports.output import ArgumentParser
+    from detconf.reports.output import ArgumentParser
 
     parser = ArgumentParser(
-        prog="python -m reports",
+        prog="python -m detconf.reports",
         description="Compatibility matrix, run-to-run diff and doc drift from detconf results files.",
         epilog="Exit status: 0 ok, 1 diff found a regression, 2 bad input (one line on stderr).",
     )
@@ -68,35 +68,35 @@ def _error(message: str) -> int:
 
 
 def _drift(argv: list[str]) -> int:
-    if importlib.util.find_spec("reports.drift") is None:
-        return _error("drift: reports.drift is not installed in this checkout")
-    from reports import drift
+    if importlib.util.find_spec("detconf.reports.drift") is None:
+        return _error("drift: detconf.reports.drift is not installed in this checkout")
+    from detconf.reports import drift
 
     return drift.main(argv)
 
 
 def _run(argv: list[str]) -> int:
-    from reports.output import emit
+    from detconf.reports.output import emit
 
     if argv and argv[0] == "drift":
         return _drift(argv[1:])
     if argv and argv[0] == "sensitivity":
-        from reports.sensitivity import main as sensitivity_main
+        from detconf.reports.sensitivity import main as sensitivity_main
 
         return sensitivity_main(argv[1:])
     if argv and argv[0] == "overview":
-        from reports.overview import main as overview_main
+        from detconf.reports.overview import main as overview_main
 
         return overview_main(argv[1:])
     if argv and argv[0] == "fingerprints":
-        from reports.fingerprints import main as fingerprints_main
+        from detconf.reports.fingerprints import main as fingerprints_main
 
         return fingerprints_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "build":
-        from reports.build import build
-        from reports.planned import completeness_lines
-        from reports.summary import column_line
+        from detconf.reports.build import build
+        from detconf.reports.planned import completeness_lines
+        from detconf.reports.summary import column_line
 
         result = build(args.results, args.out)
         lines = [] if args.quiet else [column_line(count) for count in result.summary["columns"]]
@@ -105,21 +105,21 @@ def _run(argv: list[str]) -> int:
         emit(terminal("\n".join(lines)))
         return EXIT_OK
     if args.command == "diff":
-        from reports.diff import main as diff_main
+        from detconf.reports.diff import main as diff_main
 
         code, lines = diff_main(args.a, args.b, strict=args.strict)
         emit(terminal("\n".join(lines)))
         return code
     if args.command == "certify":
-        from reports.certify import certify
-        from reports.verify import verify
+        from detconf.reports.certify import certify
+        from detconf.reports.verify import verify
 
         pkg = certify(args.results, args.out, product=args.product, vendor=args.vendor, logs=args.log)
         code, lines = verify(str(pkg))
         emit(terminal("\n".join([f"wrote certification package {pkg}"] + lines)))
         return code
     if args.command == "verify":
-        from reports.verify import verify
+        from detconf.reports.verify import verify
 
         code, lines = verify(args.package)
         emit(terminal("\n".join(lines)))
@@ -166,7 +166,7 @@ def _stop_on_sigterm() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    from reports.records import ResultsError
+    from detconf.reports.records import ResultsError
 
     _memory_pool()
     handler = _stop_on_sigterm()

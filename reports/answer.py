@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from reports.planned import MISSING
-from reports.records import EAGER, PASSING, VERDICTS
-from reports.safe import one_line
+from detconf.reports.planned import MISSING
+from detconf.reports.records import EAGER, PASSING, VERDICTS
+from detconf.reports.safe import one_line
 
 #: Longest evidence line, in characters (the rest is in the row's ``detail``).
 EVIDENCE_CHARS = 240

@@ -34,15 +34,15 @@ from detconf.child import Child, ChildFailed
 from detconf.gc_pause import gc_paused
 from detconf.vocabulary import REPORT_FILES
 
-from reports import manifest
-from reports.load import load
-from reports.answer import answer_for
-from reports.matrix import Matrix, png_spec, write_markdown, write_matrix_csv, write_png, write_results_csv
-from reports.output import OutputError, check_out_dir, check_targets
-from reports.page import write_html
-from reports.records import ROW_FIELDS
-from reports.safe import unicode_text
-from reports.summary import summary_data
+from detconf.reports import manifest
+from detconf.reports.load import load
+from detconf.reports.answer import answer_for
+from detconf.reports.matrix import Matrix, png_spec, write_markdown, write_matrix_csv, write_png, write_results_csv
+from detconf.reports.output import OutputError, check_out_dir, check_targets
+from detconf.reports.page import write_html
+from detconf.reports.records import ROW_FIELDS
+from detconf.reports.safe import unicode_text
+from detconf.reports.summary import summary_data
 
 OUTPUT_FILES = REPORT_FILES
 
@@ -175,18 +175,22 @@ def _build(paths, out_dir, own_folder: bool = False) -> BuildResult:
 #: take turns, and each costs seconds there.
 HELPER_CELLS = 5_000
 HELPER_ROWS = 200_000
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
+#: The helpers' modules, and folders put first on their path (none: ``detconf.reports`` is
+#: this package, whatever the working folder holds). Tests plant stand-ins through these.
+PICTURE_HELPER = "detconf.reports.picture"
+SPANS_HELPER = "detconf.reports.spans"
+_HELPER_PATH: tuple[str, ...] = ()
 
 
 class _Helper:
     """``MODULE.main(ARGS)`` in a Python process of its own (:mod:`detconf.child`), running beside
-    the build (``_PACKAGE_ROOT``'s ``reports`` first on its path, whatever the working folder holds);
+    the build;
     ``result()`` is what it printed. An ``OSError`` there (a file it cannot read or write) is
     raised here as an ``OSError`` with its reason."""
 
     def __init__(self, module: str, *args: str):
         self.module = module
-        self.child = Child(f"{module}:main", list(args), path=(_PACKAGE_ROOT,))
+        self.child = Child(f"{module}:main", list(args), path=_HELPER_PATH)
 
     def result(self) -> str:
         try:
@@ -211,12 +215,12 @@ def _start_helpers(matrix: Matrix, results, tmp: Path) -> tuple[_Helper | None, 
     if spec["codes"].size >= HELPER_CELLS or len(results) >= HELPER_ROWS:
         with open(tmp / ".picture.pickle", "wb") as f:
             pickle.dump(spec, f)
-        picture = _Helper("reports.picture", str(tmp / ".picture.pickle"), str(tmp / "matrix.png"))
+        picture = _Helper(PICTURE_HELPER, str(tmp / ".picture.pickle"), str(tmp / "matrix.png"))
     if len(results) >= HELPER_ROWS:
         paths, files, starts, ends, newline = results.spans()
         np.savez(tmp / ".spans.npz", paths=np.array([os.path.abspath(p) for p in paths]), files=files,
                  starts=starts, ends=ends, newline_after=newline)
-        digest = _Helper("reports.spans", str(tmp / ".spans.npz"))
+        digest = _Helper(SPANS_HELPER, str(tmp / ".spans.npz"))
     return picture, digest
 
 

@@ -1,4 +1,4 @@
-"""Certification packages: ``python -m reports certify`` builds one, ``python -m reports verify``
+"""Certification packages: ``python -m detconf.reports certify`` builds one, ``python -m detconf.reports verify``
 checks one (docs/certification.md).
 
 A package is a folder:
@@ -30,9 +30,9 @@ from typing import Any, Iterable
 from detconf.findings_rule import covers
 from detconf.revision import file_digest as sha256_file
 from detconf.vocabulary import FAILING
-from reports.load import load
-from reports.planned import MISSING, planned_cells
-from reports.records import ResultsError
+from detconf.reports.load import load
+from detconf.reports.planned import MISSING, planned_cells
+from detconf.reports.records import ResultsError
 
 FORMAT = "detconf-certification/2"
 #: Formats ``verify`` reads: /1 (before the statement named the logs) and /2.

@@ -29,12 +29,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from reports.load import load
-from reports.merge import group_codes
-from reports.ordering import compile_key, device_key, entry_sort_key, mode_key
-from reports.planned import MISSING
-from reports.records import DEFAULT_PHASE, EAGER, ENTRY_KEY
-from reports.results import Results
+from detconf.reports.load import load
+from detconf.reports.merge import group_codes
+from detconf.reports.ordering import compile_key, device_key, entry_sort_key, mode_key
+from detconf.reports.planned import MISSING
+from detconf.reports.records import DEFAULT_PHASE, EAGER, ENTRY_KEY
+from detconf.reports.results import Results
 
 #: What ``diff`` keeps of each row (besides what merging and ordering need).
 DIFF_COLUMNS = ("verdict", "expected", "has_fingerprints")

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from reports.lines import Chunk, Lines
+from detconf.reports.lines import Chunk, Lines
 
 # Where a row's fingerprints object is, without parsing the row: the key spelled out, then a
 # flat object, found by RE2 over the chunk's lines as an Arrow array (no copy). This is exact

@@ -1,9 +1,9 @@
 """Doc drift: how the promises of ``torch.use_deterministic_algorithms`` changed across releases.
 
-``python -m reports drift [HISTORY] [--out DIR]`` reads a spec-history file and
+``python -m detconf.reports drift [HISTORY] [--out DIR]`` reads a spec-history file and
 writes ``drift.md`` and ``drift.csv``. Like everything under ``reports/`` it reads
 files only: the history is JSON lines, one catalog entry per line with its
-``doc_version``, as ``python -m conformance spec-history`` writes it from the
+``doc_version``, as ``python -m detconf.conformance spec-history`` writes it from the
 docstring snapshots (the published one is ``reports/published/drift/spec-history.jsonl``).
 
 The key that follows one promise across releases is the **entry id**
@@ -33,9 +33,9 @@ from typing import Sequence
 
 import pandas as pd
 
-from reports.output import ArgumentParser, check_out_dir, emit, write_files
-from reports.records import ResultsError
-from reports.safe import csv_table, markdown_frame, terminal
+from detconf.reports.output import ArgumentParser, check_out_dir, emit, write_files
+from detconf.reports.records import ResultsError
+from detconf.reports.safe import csv_table, markdown_frame, terminal
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "published" / "drift"
 DEFAULT_HISTORY = DEFAULT_OUT / "spec-history.jsonl"
@@ -56,7 +56,7 @@ def _version_key(version: str) -> tuple[int, ...]:
 #: The docstring snapshots the project keeps (read as data: one folder per release).
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "conformance" / "data" / "torch-docs"
 _RELEASE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
-#: Typed fields of a spec-history line besides HISTORY_FIELDS (``python -m conformance
+#: Typed fields of a spec-history line besides HISTORY_FIELDS (``python -m detconf.conformance
 #: spec-history`` writes ``Entry.to_json()``): name -> (check, what it must be).
 _TYPED = {
     "position": (lambda v: v is None or (type(v) is int and v >= 0), "a whole number from 0 or null"),
@@ -225,7 +225,7 @@ def build(history: Path = DEFAULT_HISTORY) -> tuple[pd.DataFrame, pd.DataFrame, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m reports drift", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m detconf.reports drift", description=__doc__.split("\n\n")[0])
     parser.add_argument("history", nargs="?", type=Path, default=DEFAULT_HISTORY,
                         help=f"spec-history JSON lines (default: {DEFAULT_HISTORY})")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT})")

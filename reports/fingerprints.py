@@ -1,6 +1,6 @@
 """Cross-GPU fingerprints: did two GPUs give the same bytes, example by example?
 
-    python -m reports fingerprints A.jsonl B.jsonl [--out DIR]
+    python -m detconf.reports fingerprints A.jsonl B.jsonl [--out DIR]
 
 Two results files, typically of the same suite and torch on two GPU models (the ``ci`` profile
 draws the same examples everywhere), are matched cell by cell: (source, doc version, entry,
@@ -40,9 +40,9 @@ from pathlib import Path
 import pandas as pd
 
 from detconf.vocabulary import COMPILERS, DISPLAY_ORDER, MODES, PHASES
-from reports.output import ArgumentParser, check_out_dir, emit, write_files
-from reports.records import DEFAULT_PHASE, EAGER, ResultsError, check_record
-from reports.safe import csv_table, markdown_frame, md_cell, terminal
+from detconf.reports.output import ArgumentParser, check_out_dir, emit, write_files
+from detconf.reports.records import DEFAULT_PHASE, EAGER, ResultsError, check_record
+from detconf.reports.safe import csv_table, markdown_frame, md_cell, terminal
 
 #: A cell: what must agree for two rows to describe the same test.
 CELL = ("source", "doc_version", "entry_id", "phase", "device", "mode", "compile")
@@ -276,7 +276,7 @@ def markdown(a: ResultsFile, b: ResultsFile, frame: pd.DataFrame, line: str) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m reports fingerprints", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m detconf.reports fingerprints", description=__doc__.splitlines()[0])
     parser.add_argument("a", help="results file of one GPU (A)")
     parser.add_argument("b", help="results file of the other GPU (B)")
     parser.add_argument("--out", help="write fingerprints.md and fingerprints.csv here")

@@ -46,15 +46,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from detconf.gc_pause import gc_paused
-from reports import lines as lines_mod
-from reports.lines import MAX_LINE_BYTES, read_chunks
-from reports.merge import merge
-from reports.parse import LineProblem, Part, parse_chunk
-from reports.records import (
+from detconf.reports import lines as lines_mod
+from detconf.reports.lines import MAX_LINE_BYTES, read_chunks
+from detconf.reports.merge import merge
+from detconf.reports.parse import LineProblem, Part, parse_chunk
+from detconf.reports.records import (
     COLUMN_KEY, ENTRY_ATTRIBUTES, ENTRY_KEY, MERGE_KEY, TABLE_SCHEMA, ResultsError, fail, first_semantic_problem,
     normalise,
 )
-from reports.results import Results
+from detconf.reports.results import Results
 
 #: Chunks parsed at once, at most (pyarrow and numpy let go of the interpreter while they work).
 READ_THREADS = 2

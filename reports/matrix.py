@@ -21,10 +21,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from detconf.vocabulary import DEFAULT_SOURCES, SOURCE_NAMES
-from reports.answer import Answer, answer_for
-from reports.records import EAGER, PASSING, ROW_FIELDS, VERDICTS
-from reports.results import Results
-from reports.safe import csv_arrow, csv_text, holds_any, markdown_table, md_cell, one_line
+from detconf.reports.answer import Answer, answer_for
+from detconf.reports.records import EAGER, PASSING, ROW_FIELDS, VERDICTS
+from detconf.reports.results import Results
+from detconf.reports.safe import csv_arrow, csv_text, holds_any, markdown_table, md_cell, one_line
 
 #: How a cell that was not run is shown (never the verdict ``missing`` of a planned case without a row).
 NOT_RUN_MARK = "—"
@@ -538,6 +538,6 @@ def png_spec(matrix: Matrix, limit: int = PNG_MAX_ENTRIES) -> dict:
 
 def write_png(matrix: Matrix, out: Path, limit: int = PNG_MAX_ENTRIES) -> None:
     """``matrix.png``: the heatmap of :func:`png_spec`."""
-    from reports.picture import draw
+    from detconf.reports.picture import draw
 
     draw(png_spec(matrix, limit), str(out / "matrix.png"))

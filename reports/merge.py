@@ -8,11 +8,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from reports import planned as planned_mod
-from reports.digests import DIGEST_BYTES, NO_DIGEST
-from reports.ordering import column_sort_key, entry_sort_key
-from reports.records import COLUMN_KEY, ENTRY_ATTRIBUTES, ENTRY_KEY, TABLE_SCHEMA, NoResults, fail
-from reports.results import Columns, Results
+from detconf.reports import planned as planned_mod
+from detconf.reports.digests import DIGEST_BYTES, NO_DIGEST
+from detconf.reports.ordering import column_sort_key, entry_sort_key
+from detconf.reports.records import COLUMN_KEY, ENTRY_ATTRIBUTES, ENTRY_KEY, TABLE_SCHEMA, NoResults, fail
+from detconf.reports.results import Columns, Results
 
 
 def kept_schema(keep: tuple[str, ...]) -> pa.Schema:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from detconf.vocabulary import COMPILERS, MODES
-from reports.records import EAGER, DEFAULT_PHASE
+from detconf.reports.records import EAGER, DEFAULT_PHASE
 
 #: Devices in the order the matrix shows them (others after them, by name).
 DEVICE_ORDER = ("cpu", "cuda", "mps", "npu", "xpu")

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import NoReturn
 
-from reports.records import ResultsError
+from detconf.reports.records import ResultsError
 
 
 class OutputError(ResultsError):

@@ -1,7 +1,7 @@
 """Across torch versions and devices at a glance: one bar per matrix column (torch version,
 device and its model, mode, compile setting) of the merged results files, split by verdict.
 
-    python -m reports overview RESULTS.jsonl [MORE ...] --out DIR
+    python -m detconf.reports overview RESULTS.jsonl [MORE ...] --out DIR
 
 writes ``overview.png`` (the bars) and ``overview.md`` (the same counts as a table, with the
 share of passing cells). Files are merged as ``build`` merges them (a later file wins for the
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import sys
 
-from reports.load import load
-from reports.matrix import COLOURS, Matrix
-from reports.output import ArgumentParser, check_out_dir, emit, write_files, write_picture
-from reports.records import PASSING, ROW_FIELDS, VERDICTS, ResultsError
-from reports.safe import markdown_table, md_cell, terminal
+from detconf.reports.load import load
+from detconf.reports.matrix import COLOURS, Matrix
+from detconf.reports.output import ArgumentParser, check_out_dir, emit, write_files, write_picture
+from detconf.reports.records import PASSING, ROW_FIELDS, VERDICTS, ResultsError
+from detconf.reports.safe import markdown_table, md_cell, terminal
 
 
 def overview_rows(matrix: Matrix) -> list[dict]:
@@ -61,7 +61,7 @@ def overview_markdown(rows: list[dict], paths: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m reports overview", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m detconf.reports overview", description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+")
     parser.add_argument("--out", required=True, help="write overview.png and overview.md here")
     try:
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = overview_rows(matrix)
         markdown = overview_markdown(rows, list(args.results))
         out = write_files(args.out, {"overview.md": markdown})
-        from reports.picture import draw_bars
+        from detconf.reports.picture import draw_bars
 
         write_picture(out, "overview.png", draw_bars, bars_spec(rows, f"detconf: verdicts per column ({len(rows)} columns)"))
         emit(terminal(f"wrote overview.md, overview.png to {out}"))

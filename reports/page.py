@@ -18,14 +18,14 @@ from pathlib import Path
 import numpy as np
 
 from detconf.vocabulary import COMPILERS, MODES
-from reports.answer import Answer, answer_for, cell_facts, read_details
-from reports.matrix import (
+from detconf.reports.answer import Answer, answer_for, cell_facts, read_details
+from detconf.reports.matrix import (
     COLOURS, DARK_VERDICTS, HEADINGS, NOT_RUN, NOT_RUN_COLOUR, NOT_RUN_MARK, VERDICT_NAMES, Matrix, describe_run,
 )
-from reports.ordering import device_key
-from reports.records import PASSING, VERDICTS
-from reports.results import Results
-from reports.safe import one_line
+from detconf.reports.ordering import device_key
+from detconf.reports.records import PASSING, VERDICTS
+from detconf.reports.results import Results
+from detconf.reports.safe import one_line
 
 #: Up to this many cells, every cell is in the cells table with its evidence.
 HTML_MAX_CELLS = 20_000

@@ -15,11 +15,11 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from detconf.vocabulary import READABLE_SCHEMAS
-from reports.digests import canonical_digest, fingerprint_digests
-from reports.lines import (
+from detconf.reports.digests import canonical_digest, fingerprint_digests
+from detconf.reports.lines import (
     MAX_DEPTH, MAX_LINE_BYTES, SURROGATE_ESCAPE, Chunk, Lines, deep_lines, newline_after, split_lines, too_deep,
 )
-from reports.records import (
+from detconf.reports.records import (
     FIELD_KINDS, KEPT_FIELDS, PARSE_SCHEMA, QUIET, REQUIRED_STR, SEEN, TABLE_SCHEMA, check_record,
 )
 

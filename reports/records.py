@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from detconf.vocabulary import COMPILERS, DISPLAY_ORDER, MODES, PHASES, READABLE_SCHEMAS, SCHEMA_VERSION, meaning
 from detconf.vocabulary import PASSING as _PASSING
-from reports import planned as planned_mod
+from detconf.reports import planned as planned_mod
 
 # Display order is the order of this mapping: conforms, failures from the worst, then the
 # other passing verdicts.

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from reports import spans as spans_mod
-from reports.records import ROW_FIELDS
+from detconf.reports import spans as spans_mod
+from detconf.reports.records import ROW_FIELDS
 
 class Columns:
     """The columns of every row read, each in one piece (in the order read), and which rows the

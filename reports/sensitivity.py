@@ -7,7 +7,7 @@ examples whose runs differed, with the runs per example and the largest input's 
 means more where the same entry showed nondeterminism with the mode off: the test could see
 it. The headline says, per device, how many of the entries documented to throw there did.
 
-    python -m reports sensitivity RESULTS.jsonl [MORE ...] [--out DIR]
+    python -m detconf.reports sensitivity RESULTS.jsonl [MORE ...] [--out DIR]
 
 writes ``sensitivity.md``, ``sensitivity.csv`` and ``sensitivity.png`` (per device, the entries
 whose runs differed; default: print Markdown).
@@ -20,10 +20,10 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
-from reports.load import load
-from reports.output import ArgumentParser, check_out_dir, emit, write_files, write_picture
-from reports.records import EAGER, ResultsError
-from reports.safe import csv_table, markdown_frame, md_cell, terminal
+from detconf.reports.load import load
+from detconf.reports.output import ArgumentParser, check_out_dir, emit, write_files, write_picture
+from detconf.reports.records import EAGER, ResultsError
+from detconf.reports.safe import csv_table, markdown_frame, md_cell, terminal
 
 SEEN, NOT_SEEN = "nondeterminism-seen", "no-difference-seen"
 
@@ -101,7 +101,7 @@ def chart_spec(frame: pd.DataFrame) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m reports sensitivity", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m detconf.reports sensitivity", description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+")
     parser.add_argument("--out", help="write sensitivity.md and sensitivity.csv here")
     try:
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         out = write_files(args.out, {"sensitivity.md": markdown,
                                      "sensitivity.csv": csv_table(frame)})
-        from reports.picture import draw_bars
+        from detconf.reports.picture import draw_bars
 
         write_picture(out, "sensitivity.png", draw_bars, chart_spec(frame))
         emit(terminal(f"wrote sensitivity.md, sensitivity.csv, sensitivity.png to {out}"))

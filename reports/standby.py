@@ -67,9 +67,9 @@ def warm() -> None:
 
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     """The reply to one request (see the module's text); an error in one part is its field."""
-    from reports.build import build
-    from reports.records import ResultsError
-    from reports.summary import summary_lines
+    from detconf.reports.build import build
+    from detconf.reports.records import ResultsError
+    from detconf.reports.summary import summary_lines
 
     reply: dict[str, Any] = {}
     if request.get("summary"):

@@ -8,11 +8,11 @@ import numpy as np
 import pyarrow.compute as pc
 
 from detconf.vocabulary import SCHEMA_VERSION
-from reports.answer import answer_for, terminal_lines
-from reports.load import load
-from reports.matrix import Matrix
-from reports.records import ROW_FIELDS, VERDICTS, NoResults
-from reports.results import Results
+from detconf.reports.answer import answer_for, terminal_lines
+from detconf.reports.load import load
+from detconf.reports.matrix import Matrix
+from detconf.reports.records import ROW_FIELDS, VERDICTS, NoResults
+from detconf.reports.results import Results
 
 SEP = " · "
 

@@ -1,4 +1,4 @@
-"""``python -m reports verify PKG``: check a certification package (docs/certification.md).
+"""``python -m detconf.reports verify PKG``: check a certification package (docs/certification.md).
 
 Exit 0 only when: the suite revision is recorded, clean and (where this checkout is a git
 repository) one of its commits; every must-pass case has exactly one row and every row is a
@@ -18,13 +18,13 @@ from pathlib import Path
 from detconf.findings_rule import torch_in, torch_range
 from detconf.vocabulary import FAILING
 from detconf.vocabulary import DEFAULT_COMPILERS, DEFAULT_MODES, DEFAULT_SOURCES
-from reports.certify import (
+from detconf.reports.certify import (
     ALLOWED, ENV_REQUIRED, ENVIRONMENT, FINDINGS, FINDINGS_FILE, FINDINGS_IN_REPO, FORMAT, FORMATS, GIVEN, MUST_PASS,
     ROOT, STATEMENT, SUMS, WAIVERS, CertifyError, _finding_matches, cell_name, cell_of, environment_of, facts,
     must_pass_of, package_files, read_runs, sha256_file,
 )
-from reports.load import load
-from reports.records import ResultsError
+from detconf.reports.load import load
+from detconf.reports.records import ResultsError
 
 _SUM_LINE = re.compile(r"([0-9a-f]{64})  (\S(?:.*\S)?)")
 #: The files certify writes besides the results and logs the statement names.

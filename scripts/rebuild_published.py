@@ -96,11 +96,19 @@ TABLES: dict[str, list[tuple[str, list[str], str | None]]] = {
     ],
 }
 
-#: Runs ``python -m reports ARGS`` with the ``reports`` (and ``detconf``) of TREE, from this
-#: checkout's root (``-m`` would put the working folder first on the path).
-_LAUNCH = ("import sys; sys.path[0] = sys.argv.pop(1)\n"
-           "from reports.__main__ import main\n"
+#: Runs ``python -m detconf.reports ARGS`` with the ``reports`` (and ``detconf``) of TREE, from this
+#: checkout's root (``-m`` would put the working folder first on the path). A tree from before
+#: the packages became detconf's subpackages imports its reports by their old top-level name.
+_LAUNCH = ("import sys; sys.path[0] = sys.argv.pop(1); package = sys.argv.pop(1)\n"
+           "main = __import__(package + '.__main__', fromlist=['main']).main\n"
            "sys.exit(main(sys.argv[1:]))\n")
+
+
+def _reports_package(tree: Path) -> str:
+    """How TREE's reports package is imported: ``detconf.reports``, or ``reports`` in a tree from
+    before the rename (its detconf/__init__.py does not name the subpackages)."""
+    init = tree / "detconf" / "__init__.py"
+    return "detconf.reports" if init.is_file() and "SUBPACKAGES" in init.read_text(encoding="utf-8") else "reports"
 
 
 def rebuild(tree: Path, out: Path, python: str = sys.executable) -> dict[str, float]:
@@ -114,7 +122,7 @@ def rebuild(tree: Path, out: Path, python: str = sys.executable) -> dict[str, fl
             if not (tree / "reports" / f"{kind}.py").is_file():  # a checkout from before the command
                 print(f"{table}: {kind}: not in {tree}, skipped")
                 continue
-            argv = [python, "-c", _LAUNCH, str(tree), kind, *[str(folder) if a == "OUT" else a for a in args]]
+            argv = [python, "-c", _LAUNCH, str(tree), _reports_package(tree), kind, *[str(folder) if a == "OUT" else a for a in args]]
             proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
             if proc.returncode not in (0, 1) or (proc.returncode == 1 and kind not in ("diff", "verify")):
                 sys.exit(f"rebuild_published: {table}: {kind} exited {proc.returncode}: "

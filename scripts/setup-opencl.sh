@@ -93,7 +93,7 @@ step "torch-opencl and detconf's requirements"
 echo "setup-opencl: checking that torch loads the backend"
 (cd "$ROOT" && "$VENV/bin/python" -c '
 import json, torch
-from engine.devices import backends
+from detconf.engine.devices import backends
 backend = backends().get("opencl")
 if backend is None or not backend.describe()["available"]:
     raise SystemExit("setup-opencl: error: torch " + torch.__version__ + " did not load an available opencl device")

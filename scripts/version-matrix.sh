@@ -3,7 +3,7 @@
 #
 #   scripts/version-matrix.sh [extra pytest args]      e.g. scripts/version-matrix.sh -x
 #
-# For each release (DETCONF_VERSIONS, default "2.5.1 2.11.0 2.13.0 2.14.1") the interpreter is
+# For each release (DETCONF_VERSIONS, default "2.5.1 2.11.0 2.13.0 2.14.1 2.15.0") the interpreter is
 # the first of:
 #   $DETCONF_PYTHON_<release with _ for .>   (DETCONF_PYTHON_2_5_1=/path/to/bin/python)
 #   .venv-torch-<release>/bin/python          (the README's "without tox" environments)
@@ -19,7 +19,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-versions=${DETCONF_VERSIONS:-"2.5.1 2.11.0 2.13.0 2.14.1"}
+versions=${DETCONF_VERSIONS:-"2.5.1 2.11.0 2.13.0 2.14.1 2.15.0"}
 workers=${DETCONF_WORKERS:-auto}
 out=${DETCONF_MATRIX_OUT:-reports/out/version-matrix}
 mkdir -p "$out"

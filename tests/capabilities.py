@@ -20,7 +20,7 @@ import warnings
 
 import torch
 
-from engine.determinism import preserved_global_state
+from detconf.engine.determinism import preserved_global_state
 
 # The capability names the skips quote.
 INDUCTOR_DETERMINISTIC = "torch._inductor.config.deterministic (Inductor's deterministic setting)"

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from engine.determinism import capture_state
+from detconf.engine.determinism import capture_state
 
 
 # Variables pytest, Hypothesis and torch itself set on first use (Inductor records a pointer on
@@ -19,7 +19,7 @@ _SET_BY_OTHERS = ("PYTEST_", "HYPOTHESIS_", "_TORCHINDUCTOR_", "TORCHINDUCTOR_CA
 
 
 def _snapshot() -> tuple[dict, dict]:
-    from engine.compiled import flushes_denormals
+    from detconf.engine.compiled import flushes_denormals
 
     # Flush-to-zero too: torch 2.5.1's Inductor kernels (built with -ffast-math) switched it on for
     # the whole process when loaded, and every later test's float draws failed in Hypothesis.

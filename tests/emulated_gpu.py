@@ -54,8 +54,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import (TorchDispatchMode, _disable_current_modes,
                                           _get_current_dispatch_mode_stack)
 
-from engine.comparison import U32, round_operand, roundoff
-from engine.devices import Backend
+from detconf.engine.comparison import U32, round_operand, roundoff
+from detconf.engine.devices import Backend
 
 aten = torch.ops.aten
 _calls = itertools.count()

@@ -8,8 +8,8 @@ import itertools
 import torch
 from hypothesis import strategies as st
 
-from engine.entry import Entry
-from engine.program import Program, recipe
+from detconf.engine.entry import Entry
+from detconf.engine.program import Program, recipe
 
 _counter = itertools.count()
 
@@ -91,7 +91,7 @@ def wrong_when_deterministic(draw, entry, case, device):
 
 # Checks ------------------------------------------------------------------------
 
-from engine.checks import CheckObservation, CheckUnsupported, check  # noqa: E402
+from detconf.engine.checks import CheckObservation, CheckUnsupported, check  # noqa: E402
 
 
 @check("planted.lacks_a_dtype", source="planted")

@@ -17,7 +17,9 @@ from detconf import vocabulary
 ROOT = Path(__file__).resolve().parent.parent
 
 # layer -> project packages it must not import. Imports run one way: detconf <- engine <-
-# conformance <- plugin; reports read files only (they may import detconf alone).
+# conformance <- plugin; reports read files only (they may import detconf alone). The layers are
+# the repository's top-level packages, imported as detconf's subpackages (detconf.engine, ...);
+# "detconf" is detconf's own modules.
 FORBIDDEN = {
     "detconf": ("engine", "conformance", "reports", "plugin", "conftest", "torch"),
     "engine": ("conformance", "reports", "plugin", "conftest"),
@@ -25,16 +27,28 @@ FORBIDDEN = {
     "reports": ("engine", "conformance", "plugin", "conftest", "torch"),
     "plugin": ("reports", "conftest"),
 }
+#: The design's packages: imported only as detconf.<name>, never by a top-level name of their
+#: own (docs/architecture.md, "Installed names").
+SUBPACKAGES = ("engine", "conformance", "reports", "plugin")
 #: The plugin reads a few report modules, each named where it does (all torch-free, none
 #: importing engine or conformance): plugin.results shows the end-of-run summary through
 #: reports.safe, guards the report folder with reports.manifest, and builds the matrix in its
 #: own process with reports.standby when the standby builder cannot answer.
 ALLOWED = {
-    "plugin/results.py": ("reports.safe", "reports.manifest", "reports.standby"),
+    "plugin/results.py": ("detconf.reports.safe", "detconf.reports.manifest", "detconf.reports.standby"),
 }
 #: The suite root's conftest.py hands pytest the plugin's hooks: it imports the plugin only.
 SHIM = "conftest.py"
 SHIM_MAY_IMPORT = ("plugin", "__future__")
+
+
+def layer_of(module: str) -> str:
+    """The layer a module belongs to: ``detconf.engine.runner`` -> ``engine``,
+    ``detconf.vocabulary`` -> ``detconf``, ``torch.nn`` -> ``torch``."""
+    parts = module.split(".")
+    if parts[0] == "detconf" and len(parts) > 1 and parts[1] in SUBPACKAGES:
+        return parts[1]
+    return parts[0]
 
 
 def _imported(path: Path, *, names: bool) -> set[str]:
@@ -54,13 +68,18 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def imported_names(path: Path) -> set[str]:
-    """:func:`imported_modules`, with each name a ``from`` import takes (``from reports import
-    manifest`` is ``reports.manifest``): what an allowance names."""
+    """:func:`imported_modules`, with each name a ``from`` import takes (``from detconf.reports
+    import manifest`` is ``detconf.reports.manifest``): what an allowance names."""
     return _imported(path, names=True)
 
 
 def _allowed(name: str, allowed: tuple[str, ...]) -> bool:
     return any(name == a or name.startswith(a + ".") for a in allowed)
+
+
+def _bare(module: str) -> bool:
+    """An import of a design package by its own top-level name (``import engine``)."""
+    return module.split(".")[0] in SUBPACKAGES
 
 
 def violations(layer: str, root: Path = ROOT, allowed: dict | None = None) -> list[str]:
@@ -69,15 +88,16 @@ def violations(layer: str, root: Path = ROOT, allowed: dict | None = None) -> li
     for path in sorted((root / layer).rglob("*.py")):
         where = path.relative_to(root).as_posix()
         for module in sorted(imported_names(path)):
-            top = module.split(".")[0]
-            if top in FORBIDDEN[layer] and not _allowed(module, allowed.get(where, ())):
+            if _bare(module):
+                bad.append(f"{where} imports {module} by a top-level name (detconf.{module})")
+            elif layer_of(module) in FORBIDDEN[layer] and not _allowed(module, allowed.get(where, ())):
                 bad.append(f"{where} imports {module}")
     return bad
 
 
 def shim_violations(root: Path = ROOT) -> list[str]:
     return [f"{SHIM} imports {module}" for module in sorted(imported_modules(root / SHIM))
-            if module.split(".")[0] not in SHIM_MAY_IMPORT]
+            if layer_of(module) not in SHIM_MAY_IMPORT or _bare(module)]
 
 
 # --- circles inside one package ------------------------------------------------------
@@ -119,6 +139,7 @@ def import_graph(package: str, root: Path = ROOT) -> dict[str, set[str]]:
                     anchor = anchor[:len(anchor) - (node.level - 1)]
                     base = ".".join(anchor + ([base] if base else []))
                 targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in files else base for alias in node.names]
+            targets = [t.removeprefix("detconf.") if layer_of(t) == package else t for t in targets]
             graph[name].update(t for t in targets if t in files and t != name)
     return graph
 
@@ -164,12 +185,22 @@ def test_no_import_circle_inside_a_package(package):
 def test_the_import_check_catches_an_upward_import(tmp_path):
     planted = tmp_path / "engine" / "sneaky.py"
     planted.parent.mkdir()
-    planted.write_text("def f():\n    from conformance import recipes\n    return recipes\n")
+    planted.write_text("def f():\n    from detconf.conformance import recipes\n    return recipes\n")
     (tmp_path / "reports").mkdir()
-    (tmp_path / "reports" / "x.py").write_text("import torch\nfrom engine.docspec import parse_docstring\n")
-    assert violations("engine", tmp_path) == ["engine/sneaky.py imports conformance.recipes"]
-    assert violations("reports", tmp_path) == ["reports/x.py imports engine.docspec.parse_docstring",
+    (tmp_path / "reports" / "x.py").write_text("import torch\nfrom detconf.engine.docspec import parse_docstring\n")
+    assert violations("engine", tmp_path) == ["engine/sneaky.py imports detconf.conformance.recipes"]
+    assert violations("reports", tmp_path) == ["reports/x.py imports detconf.engine.docspec.parse_docstring",
                                                "reports/x.py imports torch"]
+
+
+def test_the_import_check_catches_a_design_package_imported_by_a_top_level_name(tmp_path):
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "old.py").write_text("from engine.docspec import parse_docstring\nimport reports.safe\n")
+    assert violations("engine", tmp_path) == [
+        "engine/old.py imports engine.docspec.parse_docstring by a top-level name (detconf.engine.docspec.parse_docstring)",
+        "engine/old.py imports reports.safe by a top-level name (detconf.reports.safe)"]
+    (tmp_path / "conftest.py").write_text("from plugin.options import pytest_addoption\n")
+    assert shim_violations(tmp_path) == ["conftest.py imports plugin.options"]
 
 
 def test_the_import_check_covers_the_plugin_and_its_shim(tmp_path):
@@ -177,17 +208,18 @@ def test_the_import_check_covers_the_plugin_and_its_shim(tmp_path):
     # The allowance is by module and by report module: results.py may read reports.safe, and
     # nothing else may read any report module.
     (tmp_path / "plugin" / "results.py").write_text(
-        "from reports.safe import terminal\nfrom reports import manifest\n\ndef f():\n"
-        "    from reports.build import build\n    return build\n")
-    (tmp_path / "plugin" / "header.py").write_text("import conftest\nfrom reports.safe import terminal\n")
+        "from detconf.reports.safe import terminal\nfrom detconf.reports import manifest\n\ndef f():\n"
+        "    from detconf.reports.build import build\n    return build\n")
+    (tmp_path / "plugin" / "header.py").write_text("import conftest\nfrom detconf.reports.safe import terminal\n")
     assert violations("plugin", tmp_path) == ["plugin/header.py imports conftest",
-                                              "plugin/header.py imports reports.safe.terminal",
-                                              "plugin/results.py imports reports.build.build"]
+                                              "plugin/header.py imports detconf.reports.safe.terminal",
+                                              "plugin/results.py imports detconf.reports.build.build"]
     (tmp_path / "conformance").mkdir()
-    (tmp_path / "conformance" / "harness.py").write_text("def f():\n    import plugin.options\n")
-    assert violations("conformance", tmp_path) == ["conformance/harness.py imports plugin.options"]
-    (tmp_path / "conftest.py").write_text("from plugin.options import pytest_addoption\nfrom conformance import plan\n")
-    assert shim_violations(tmp_path) == ["conftest.py imports conformance"]
+    (tmp_path / "conformance" / "harness.py").write_text("def f():\n    import detconf.plugin.options\n")
+    assert violations("conformance", tmp_path) == ["conformance/harness.py imports detconf.plugin.options"]
+    (tmp_path / "conftest.py").write_text("from detconf.plugin.options import pytest_addoption\n"
+                                          "from detconf.conformance import plan\n")
+    assert shim_violations(tmp_path) == ["conftest.py imports detconf.conformance"]
 
 
 def _package(root: Path, files: dict[str, str]) -> Path:
@@ -217,9 +249,9 @@ def test_the_circle_check_sees_function_level_relative_and_package_imports(tmp_p
                                         "pkg.checks -> pkg.checks.one -> pkg.checks"]
 
 
-@pytest.mark.parametrize("module", ["detconf.vocabulary", "detconf.gc_pause", "detconf.child", "engine.verdict", "engine.observation", "engine.entry",
-                                    "engine.docspec", "reports.build", "reports.diff", "reports.drift",
-                                    "reports.sensitivity", "reports.summary"])
+@pytest.mark.parametrize("module", ["detconf.vocabulary", "detconf.gc_pause", "detconf.child", "detconf.engine.verdict", "detconf.engine.observation", "detconf.engine.entry",
+                                    "detconf.engine.docspec", "detconf.reports.build", "detconf.reports.diff", "detconf.reports.drift",
+                                    "detconf.reports.sensitivity", "detconf.reports.summary"])
 def test_torch_free_modules_import_without_torch(module):
     code = f"import sys; sys.modules['torch'] = None\nimport {module}\n"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

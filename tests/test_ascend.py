@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
-from engine.entry import Entry, load_entries_file, make_entry_id
-import conformance.registry  # noqa: F401  (registers the recipes)
-from engine.program import RecipeSkipped, has_recipe, recipe_for
-from engine.runner import observe
+from detconf.engine.entry import Entry, load_entries_file, make_entry_id
+import detconf.conformance.registry  # noqa: F401  (registers the recipes)
+from detconf.engine.program import RecipeSkipped, has_recipe, recipe_for
+from detconf.engine.runner import observe
 from tests.capabilities import kernel_missing_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,7 +114,7 @@ def _documented_cpu_raise(entry: Entry, kwargs: dict) -> str | None:
     deterministic mode; the Ascend list promises it deterministic on the NPU
     only, so on the CPU a documented raise keeps the general contract.
     """
-    from engine import docspec
+    from detconf.engine import docspec
 
     for doc in docspec.installed_entries():
         if doc.promise == "raises" and doc.op == entry.op and doc.applies_to("cpu"):
@@ -158,7 +158,7 @@ def test_plain_torch_api_is_deterministic_on_cpu(entry: Entry):
         pytest.fail(f"{entry.op}: no example ran; every one lacked a CPU kernel: {sorted(set(missing))}")
 
 
-@pytest.mark.parametrize("entry", [e for e in PLAIN_TORCH if recipe_for(e.op).__module__ == "conformance.recipes_ascend"
+@pytest.mark.parametrize("entry", [e for e in PLAIN_TORCH if recipe_for(e.op).__module__ == "detconf.conformance.recipes_ascend"
                                    and e.op != "torch.ops.aten.convolution_backward"], ids=lambda e: e.id)
 def test_ascend_recipes_differentiate(entry: Entry):
     """The list is about training: the recipes written for it run backward too."""
@@ -229,7 +229,7 @@ def _stand_in_torch_npu():
 def test_torch_npu_recipes_run_against_a_stand_in(entry: Entry, monkeypatch):
     import sys
 
-    from conformance import recipes_ascend
+    from detconf.conformance import recipes_ascend
 
     monkeypatch.setitem(sys.modules, "torch_npu", _stand_in_torch_npu())
     monkeypatch.setattr(recipes_ascend, "_require_torch_npu", lambda entry, device: None)

@@ -18,16 +18,16 @@ import torch
 from hypothesis import settings
 from hypothesis import strategies as st
 
-import engine.trace
-from conformance.harness import judge
-from conformance.plan import Case
+import detconf.engine.trace as trace_module
+from detconf.conformance.harness import judge
+from detconf.conformance.plan import Case
 from detconf.vocabulary import DOC_DEVICES
-from engine import devices, opencl_runtime
-from engine.entry import Entry
-from engine.program import Program, recipe
-from engine.runner import backend_gap, missing_kernel, run_program
-from engine.trace import DispatchTrace, OpFailure
-from engine.verdict import expected_outcome, verdict_for
+from detconf.engine import devices, opencl_runtime
+from detconf.engine.entry import Entry
+from detconf.engine.program import Program, recipe
+from detconf.engine.runner import backend_gap, missing_kernel, run_program
+from detconf.engine.trace import DispatchTrace, OpFailure
+from detconf.engine.verdict import expected_outcome, verdict_for
 from tests.planted import planted_entry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def _offset_tensor():
 @pytest.fixture
 def fakedev(monkeypatch):
     """Every traced operator's tensors count as living on the device ``fakedev``."""
-    monkeypatch.setattr(engine.trace, "_devices_of", lambda args, kwargs: ("fakedev",))
+    monkeypatch.setattr(trace_module, "_devices_of", lambda args, kwargs: ("fakedev",))
 
 
 # --- the pieces ----------------------------------------------------------------------------------
@@ -226,7 +226,7 @@ def test_general_contract_on_devices_the_docs_never_name():
 
 
 def test_doc_devices_are_the_devices_the_docstring_parser_knows():
-    from engine import docspec
+    from detconf.engine import docspec
 
     named = {d.lower() for d in docspec._DEVICE_RE.pattern.strip(r"\b()").split("|")}
     assert named == set(DOC_DEVICES)

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import backends as loader
-from engine import devices, fleet
-from engine.devices import Backend
+from detconf.engine import backends as loader
+from detconf.engine import devices, fleet
+from detconf.engine.devices import Backend
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +35,7 @@ def make_distribution(where: Path, name: str, entry_points: dict[str, str], modu
 
 GOOD = '''
 import torch
-from engine.devices import Backend
+from detconf.engine.devices import Backend
 
 def backend():
     return Backend("{name}", available=lambda: True, device_count=lambda: 2,
@@ -89,9 +89,9 @@ def test_a_distributions_backend_is_loaded_and_named_after_its_distribution(inst
     ("nowhere_module:backend", "", "ModuleNotFoundError: No module named 'nowhere_module'"),
     ("bad_import:backend", "raise RuntimeError('vendor runtime not found\\nsecond line')\n",
      "RuntimeError: vendor runtime not found second line"),
-    ("bad_object:backend", "backend = 42\n", "gave int, not an engine.devices.Backend"),
+    ("bad_object:backend", "backend = 42\n", "gave int, not a detconf.engine.devices.Backend"),
     ("bad_call:backend", "def backend():\n    raise OSError('no driver')\n", "OSError: no driver"),
-    ("bad_name:backend", "from engine.devices import Backend\n\ndef backend():\n"
+    ("bad_name:backend", "from detconf.engine.devices import Backend\n\ndef backend():\n"
                          "    return Backend('Bad Name', available=lambda: True)\n", "gave a backend named 'Bad Name'"),
 ])
 def test_a_broken_entry_point_is_one_line_naming_its_distribution(installed, value, source, problem):
@@ -212,8 +212,8 @@ def test_a_bad_worker_memory_is_a_usage_error(value):
     ("observe", 0, False, False),                  # mode off
 ])
 def test_the_device_to_device_check_is_only_for_bytes_the_docs_promise(expected, warned, raised, compared):
-    from conformance.harness import _promised_deterministic
-    from engine.runner import Observation
+    from detconf.conformance.harness import _promised_deterministic
+    from detconf.engine.runner import Observation
 
     obs = Observation(runs=2, warned_runs=warned, raised_runs=2 if raised else 0)
     assert _promised_deterministic(expected, obs) is compared
@@ -255,7 +255,7 @@ def test_the_test_module_decides_isolation_from_the_backend_not_the_name():
 
 
 def test_inductors_code_generator_is_a_backend_fact(monkeypatch):
-    from engine.compiled import compile_unavailable
+    from detconf.engine.compiled import compile_unavailable
 
     assert (devices.inductor_codegen("cpu"), devices.inductor_codegen("cuda"), devices.inductor_codegen("mps")) == \
         ("cpp", "triton", None)
@@ -267,8 +267,8 @@ def test_inductors_code_generator_is_a_backend_fact(monkeypatch):
 def test_comparison_tolerances_are_the_devices_own_where_it_has_them():
     from types import SimpleNamespace
 
-    from conformance import harness
-    from engine import comparison
+    from detconf.conformance import harness
+    from detconf.engine import comparison
 
     ref = [("out", torch.tensor([1.0, 2.0]))]
     near = [("out", torch.tensor([1.0, 2.0 + 2e-6]))]
@@ -301,8 +301,8 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("module, other", [("engine/backends.py", "engine.devices"),
-                                           ("conformance/catalog.py", "conformance.checks")])
+@pytest.mark.parametrize("module, other", [("engine/backends.py", "detconf.engine.devices"),
+                                           ("conformance/catalog.py", "detconf.conformance.checks")])
 def test_no_import_circle_between_the_contract_and_its_users(module, other):
     """Anywhere in the file, at the top or inside a function: the contract does not import back."""
     assert not {name for name in _imports(ROOT / module) if name == other or name.startswith(other + ".")}
@@ -310,8 +310,8 @@ def test_no_import_circle_between_the_contract_and_its_users(module, other):
 
 def test_the_import_circle_finder_sees_a_function_level_import(tmp_path):
     planted = tmp_path / "planted.py"
-    planted.write_text("def f():\n    from engine.devices import backends\n    return backends()\n")
-    assert "engine.devices" in _imports(planted)
+    planted.write_text("def f():\n    from detconf.engine.devices import backends\n    return backends()\n")
+    assert "detconf.engine.devices" in _imports(planted)
 
 
 DEVICE_NAMES = {"cpu", "cuda", "mps", "npu", "xpu"}
@@ -357,7 +357,7 @@ def test_the_device_name_finder_sees_each_spelling(tmp_path):
 
 def test_a_distributions_vendor_profile_is_source_vendor(installed):
     source = GOOD.format(name="acme").replace(
-        "from engine.devices import Backend", "from engine.devices import Backend, VendorProfile").replace(
+        "from detconf.engine.devices import Backend", "from detconf.engine.devices import Backend, VendorProfile").replace(
         'torch.device("cpu"))', 'torch.device("cpu"), profile=VendorProfile("x.json", source="ascend"))')
     installed("acme-detconf", {"acme": "acme_profile:backend"}, "acme_profile", source)
     with pytest.raises(loader.BackendError, match="a vendor profile of source 'ascend'.*source 'vendor'"):
@@ -367,10 +367,10 @@ def test_a_distributions_vendor_profile_is_source_vendor(installed):
 def test_the_ascend_list_is_the_npu_backends_vendor_profile(monkeypatch, tmp_path):
     from dataclasses import replace
 
-    from conformance import catalog
+    from detconf.conformance import catalog
 
     profile = devices.backend_for("npu").profile
-    assert (profile.source, profile.recipes) == ("ascend", ("conformance.recipes_ascend",))
+    assert (profile.source, profile.recipes) == ("ascend", ("detconf.conformance.recipes_ascend",))
     assert profile.data_path().resolve() == catalog.data_file("ascend").resolve()
     assert catalog.load_entries("ascend") == catalog.read_entries_file(catalog.data_file("ascend"), source="ascend")
     assert catalog.vendor_profiles() == [] or all(p.source == "vendor" for _, p in catalog.vendor_profiles())

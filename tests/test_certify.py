@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from reports.certify import SUMS, write_sums
-from reports.verify import verify
+from detconf.reports.certify import SUMS, write_sums
+from detconf.reports.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A small real run: the flag API's and the notes' debug-mode entries on CPU; one of them is a
@@ -31,7 +31,7 @@ def _recorded_findings_of_the_run() -> list:
     rows carry ``torch.__version__``, local label and all: ``2.5.1+cu124`` is release 2.5.1)."""
     import torch
 
-    from conformance.findings import load_findings
+    from detconf.conformance.findings import load_findings
     from detconf.findings_rule import torch_in
 
     return [f for f in load_findings() if f.source == "repro-notes" and f.entry_id == WAIVED_ENTRY
@@ -51,7 +51,7 @@ def waivable():
 
 
 def _reports(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "reports", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "detconf.reports", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
 
 
@@ -211,7 +211,7 @@ def test_a_promise_about_other_torch_releases_is_not_applicable(pkg, needs_torch
         return rs
     _rewrite_results(pkg, change)
     if accepted:  # the statement names the rows' digest: a resubmission says the new one
-        from reports.load import load
+        from detconf.reports.load import load
 
         statement = json.loads((pkg / "statement.json").read_text())
         statement["rows_digest"] = load(sorted((pkg / "results").iterdir())).digest()
@@ -350,7 +350,7 @@ def test_a_package_of_some_shards_only_is_refused(pkg):
 
 
 def test_outside_a_repository_the_revision_is_not_looked_up_and_it_says_so(pkg, tmp_path, monkeypatch):
-    import reports.verify as verify_mod
+    import detconf.reports.verify as verify_mod
 
     monkeypatch.setattr(verify_mod, "ROOT", tmp_path)  # not a git repository
     code, lines = verify(str(pkg))

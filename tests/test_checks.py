@@ -27,13 +27,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import checks as check_registry
-from engine.checks import CheckObservation, CheckSkipped, CheckUnsupported, check_for, has_check
-from engine.entry import CatalogError
-import conformance.registry  # noqa: F401  (registers the checks)
-from conformance.checks import CATALOG_FILES, CHECK_SOURCES, load_check_entries
-from engine.determinism import capture_state, preserved_global_state
-from conformance.checks import uninitialized_memory
+from detconf.engine import checks as check_registry
+from detconf.engine.checks import CheckObservation, CheckSkipped, CheckUnsupported, check_for, has_check
+from detconf.engine.entry import CatalogError
+import detconf.conformance.registry  # noqa: F401  (registers the checks)
+from detconf.conformance.checks import CATALOG_FILES, CHECK_SOURCES, load_check_entries
+from detconf.engine.determinism import capture_state, preserved_global_state
+from detconf.conformance.checks import uninitialized_memory
 from tests.capabilities import (
     UDA_SETS_INDUCTOR,
     can_make_uninitialized,
@@ -553,7 +553,7 @@ def _one_draw(fn):
 
 
 def test_conv_runs_repeat_on_cpu():
-    from conformance.checks.cuda_env import _conv_differences, _conv_runs
+    from detconf.conformance.checks.cuda_env import _conv_differences, _conv_runs
 
     with preserved_global_state():
         torch.use_deterministic_algorithms(True)
@@ -576,7 +576,7 @@ def test_conv_runs_repeat_on_cpu():
     ],
 )
 def test_cublas_verdicts(config, mode, result, held, observed):
-    from conformance.checks.cuda_env import _cublas_verdict
+    from detconf.conformance.checks.cuda_env import _cublas_verdict
 
     obs = _cublas_verdict(config, mode, ":4096:8" if config != "unset" else None, {"runs": 3}, result)
     assert obs.held is held and obs.observed == observed
@@ -588,15 +588,15 @@ def test_cublas_verdicts(config, mode, result, held, observed):
 def test_child_targets_of_the_checks_resolve():
     from detconf.child import resolve_target
 
-    for target in ("conformance.children:default_fill", "conformance.children:seeded_ops",
-                   "conformance.children:cublas_runs", "conformance.isolated:judge_payload"):
+    for target in ("detconf.conformance.children:default_fill", "detconf.conformance.children:seeded_ops",
+                   "detconf.conformance.children:cublas_runs", "detconf.conformance.isolated:judge_payload"):
         assert callable(resolve_target(target))
 
 
 def test_default_fill_child_reports_the_fresh_process_default():
     from detconf.child import run_in_child
 
-    result = run_in_child("conformance.children:default_fill", {"numel": 8}, timeout=120)
+    result = run_in_child("detconf.conformance.children:default_fill", {"numel": 8}, timeout=120)
     assert result == {"default": True, "empty_all_nan": True}
 
 

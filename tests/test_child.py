@@ -92,7 +92,7 @@ def test_a_timeout_kills_the_child_and_says_so(targets):
 
 
 def test_run_in_child_runs_a_project_target_from_any_folder(tmp_path):
-    assert run_in_child("conformance.children:default_fill", {"numel": 4}, timeout=120) == {
+    assert run_in_child("detconf.conformance.children:default_fill", {"numel": 4}, timeout=120) == {
         "default": True, "empty_all_nan": True}
 
 

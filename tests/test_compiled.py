@@ -12,15 +12,15 @@ import pytest
 import torch
 from hypothesis import settings
 
-from conformance.catalog import load_catalog
-from conformance.harness import failure_message, judge
-from conformance.plan import Case, plan
+from detconf.conformance.catalog import load_catalog
+from detconf.conformance.harness import failure_message, judge
+from detconf.conformance.plan import Case, plan
 from detconf.vocabulary import COMPILERS
-from engine.compiled import Compiler, compile_unavailable, compiled_reach, CompileSnapshot, is_compile_failure
-from engine.devices import backends
-from engine.observation import Observation
-from engine.runner import RunRecord, _classify
-from engine.verdict import verdict_for
+from detconf.engine.compiled import Compiler, compile_unavailable, compiled_reach, CompileSnapshot, is_compile_failure
+from detconf.engine.devices import backends
+from detconf.engine.observation import Observation
+from detconf.engine.runner import RunRecord, _classify
+from detconf.engine.verdict import verdict_for
 from tests.planted import planted_entry
 
 FAST = settings(max_examples=3, derandomize=True, database=None, deadline=None)
@@ -53,8 +53,8 @@ def test_backward_only_phase_is_eager_only():
 
 
 def test_checks_run_compiled_only_where_they_compile_what_they_observe():
-    import conformance.registry  # noqa: F401
-    from engine.checks import compiles
+    import detconf.conformance.registry  # noqa: F401
+    from detconf.engine.checks import compiles
 
     catalog = load_catalog(["flag-api", "repro-notes"])
     cases = plan(catalog, ["cpu"], ["error"], ["eager", "inductor"],
@@ -201,7 +201,7 @@ def test_the_recording_wrapper_is_not_looked_through_by_dynamo():
     # AOTAutograd's compiled function, was dropped, and every compiled run looked like eager.
     from torch._dynamo.eval_frame import innermost_fn
 
-    from engine.compiled import _wrapped_like
+    from detconf.engine.compiled import _wrapped_like
 
     def compiled(*args):
         return args
@@ -225,7 +225,7 @@ def test_the_recording_wrapper_is_not_looked_through_by_dynamo():
 
 
 def _flush_denormal_supported() -> bool:
-    from engine.compiled import flushes_denormals
+    from detconf.engine.compiled import flushes_denormals
 
     was = flushes_denormals()
     try:
@@ -235,7 +235,7 @@ def _flush_denormal_supported() -> bool:
 
 
 def test_a_compile_that_switches_on_flush_to_zero_leaves_it_as_it_was():
-    from engine.compiled import flushes_denormals, keeping_denormals
+    from detconf.engine.compiled import flushes_denormals, keeping_denormals
 
     if not _flush_denormal_supported():
         pytest.skip("this CPU has no flush-to-zero mode torch can set (torch.set_flush_denormal returns False)")
@@ -262,7 +262,7 @@ def test_an_inductor_compile_leaves_the_process_denormals_as_they_were():
     from hypothesis import given
     from hypothesis import strategies as st
 
-    from engine.compiled import flushes_denormals
+    from detconf.engine.compiled import flushes_denormals
 
     assert not flushes_denormals()
     compiler = Compiler("inductor")
@@ -409,7 +409,7 @@ def test_compile_option_runs_the_axis_side_by_side_with_eager_in_a_private_cache
     # The C++-only warning under aot_eager: missing-warning on 2.11 to 2.14. Where the known
     # finding's torch range covers this torch, it is recorded and the test xfails, not fails; on
     # a release the finding has not been confirmed for, the run fails naming the case.
-    from conformance.findings import known_finding, load_findings
+    from detconf.conformance.findings import known_finding, load_findings
 
     warn = cells[("warn_only", "aot_eager")]
     recorded = known_finding(dict(warn, verdict="missing-warning"), load_findings())
@@ -442,7 +442,7 @@ def test_the_rerun_command_of_a_compiled_case_keeps_the_compile_setting():
     import types
     from pathlib import Path
 
-    from plugin.rerun import rerun_command
+    from detconf.plugin.rerun import rerun_command
 
     option = types.SimpleNamespace(source=["torch-docs"], doc_version=None, no_complements=False, mode=["error"],
                                    runs=2, isolate=False, results="r.jsonl", detconf_compile=["eager", "inductor"])

@@ -1,4 +1,4 @@
-"""``python -m conformance entries``."""
+"""``python -m detconf.conformance entries``."""
 from __future__ import annotations
 
 import json
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from conformance.catalog import snapshot_entries
-from engine.entry import Entry
+from detconf.conformance.catalog import snapshot_entries
+from detconf.engine.entry import Entry
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "conformance", *args], cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "detconf.conformance", *args], cwd=ROOT, capture_output=True, text=True)
 
 
 def test_entries_for_a_doc_version_are_json_lines_with_sorted_keys():

@@ -5,9 +5,9 @@ import random
 import pytest
 import torch
 
-from engine import determinism
-from engine.determinism import GUARDED_ENV_VARS, current_state, deterministic_mode, preserved_global_state
-from engine.program import Program, recipe
+from detconf.engine import determinism
+from detconf.engine.determinism import GUARDED_ENV_VARS, current_state, deterministic_mode, preserved_global_state
+from detconf.engine.program import Program, recipe
 from tests.capabilities import has_inductor_deterministic, require_inductor_deterministic
 
 
@@ -151,7 +151,7 @@ def test_inside_a_case_guard_the_run_guards_leave_random_and_numpy_to_it():
     # guard puts random and NumPy back when it closes. Outside one, a run guard does it all.
     import numpy as np
 
-    from engine.determinism import preserved_rng
+    from detconf.engine.determinism import preserved_rng
 
     py, legacy, torch_rng = random.getstate(), np.random.get_state(), torch.default_generator.get_state()
     with preserved_rng():
@@ -177,7 +177,7 @@ def test_inside_a_case_guard_the_run_guards_leave_random_and_numpy_to_it():
 def _flip_cudnn_tf32():
     """``torch.backends.cudnn.allow_tf32 = not ...``, as a user writes it (even after torch's
     test utilities froze the flags)."""
-    from engine.determinism import _flags_unfrozen
+    from detconf.engine.determinism import _flags_unfrozen
 
     with _flags_unfrozen():
         torch.backends.cudnn.allow_tf32 = not torch.backends.cudnn.allow_tf32
@@ -250,9 +250,9 @@ def test_a_case_that_leaves_a_math_mode_changed_is_named_and_put_back():
     cuDNN's TF32 off while building its example, outside the runner's guard."""
     from hypothesis import settings
 
-    from conformance.harness import judge
-    from conformance.plan import Case
-    from engine.devices import backends
+    from detconf.conformance.harness import judge
+    from detconf.conformance.plan import Case
+    from detconf.engine.devices import backends
     from tests.planted import planted_entry
 
     fast = settings(max_examples=1, derandomize=True, database=None, deadline=None)
@@ -273,7 +273,7 @@ def test_the_math_mode_guard_costs_little():
     once; read through torch._C). A generous bound: a loaded machine must not fail it."""
     import timeit
 
-    from engine import mathmode
+    from detconf.engine import mathmode
 
     saved = mathmode.capture()
     n = 2000
@@ -318,7 +318,7 @@ def test_environment_sets_and_puts_back(monkeypatch):
 
 
 def test_the_compile_cache_folder_uses_the_one_guard(monkeypatch):
-    from engine.compiled import CACHE_ENV_VARS, private_cache
+    from detconf.engine.compiled import CACHE_ENV_VARS, private_cache
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/somewhere")
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)

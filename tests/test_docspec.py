@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance.catalog import TORCH_DOCS as SNAPSHOT_DIR
-from conformance.catalog import doc_versions as known_doc_versions
-from conformance.catalog import snapshot_entries, snapshot_text
-from engine.docspec import UnknownDocVersion, parse_docstring
-from engine.entry import CatalogError
+from detconf.conformance.catalog import TORCH_DOCS as SNAPSHOT_DIR
+from detconf.conformance.catalog import doc_versions as known_doc_versions
+from detconf.conformance.catalog import snapshot_entries, snapshot_text
+from detconf.engine.docspec import UnknownDocVersion, parse_docstring
+from detconf.engine.entry import CatalogError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,8 +97,8 @@ def test_2_13_counts():
 
 def test_installed_docstring_is_its_release_snapshot():
     torch = pytest.importorskip("torch")
-    from conformance.catalog import snapshot_of_release
-    from engine.docspec import installed_entries
+    from detconf.conformance.catalog import snapshot_of_release
+    from detconf.engine.docspec import installed_entries
 
     release = snapshot_of_release(torch.__version__)
     if release is None:
@@ -114,7 +114,7 @@ def test_installed_docstring_is_its_release_snapshot():
     ("2.16.0a0+git1", None), ("3.0.0", None), ("nonsense", None),
 ])
 def test_a_release_maps_to_the_snapshot_of_its_line(version, release):
-    from conformance.catalog import snapshot_of_release
+    from detconf.conformance.catalog import snapshot_of_release
 
     assert snapshot_of_release(version) == release
 
@@ -304,7 +304,7 @@ def test_project_snapshots_carry_the_licence():
 def test_docspec_imports_without_torch():
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "from conformance.catalog import snapshot_entries\n"
+        "from detconf.conformance.catalog import snapshot_entries\n"
         "print(len(snapshot_entries('2.13.0')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from reports.drift import build, drift_events, main
+from detconf.reports.drift import build, drift_events, main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,7 +110,7 @@ def test_published_files_are_current(tmp_path):
     assert main(["--out", str(tmp_path)]) == 0
     for name in ("drift.md", "drift.csv"):
         assert (published / name).read_bytes() == (tmp_path / name).read_bytes(), (
-            f"{name} is stale: run python -m reports drift"
+            f"{name} is stale: run python -m detconf.reports drift"
         )
 
 
@@ -123,7 +123,7 @@ def test_bad_argument_is_one_line_and_status_2(capsys):
 def test_drift_does_not_import_torch():
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "from reports.drift import build\n"
+        "from detconf.reports.drift import build\n"
         "print(len(build()[0]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
@@ -131,7 +131,7 @@ def test_drift_does_not_import_torch():
 
 
 def test_published_spec_history_is_what_the_snapshots_give():
-    out = subprocess.run([sys.executable, "-m", "conformance", "spec-history"], cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "detconf.conformance", "spec-history"], cwd=ROOT, capture_output=True,
                          text=True, check=True)
     published = (ROOT / "reports" / "published" / "drift" / "spec-history.jsonl").read_text(encoding="utf-8")
     assert out.stdout == published

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from conformance.findings import FINDINGS_FILE, known_finding, load_findings
-from engine.entry import CatalogError
+from detconf.conformance.findings import FINDINGS_FILE, known_finding, load_findings
+from detconf.engine.entry import CatalogError
 from detconf.vocabulary import VERDICTS
 
 ROW = {"source": "repro-notes", "entry_id": "e", "torch_version": "2.13.0+cpu", "device": "cpu", "mode": "error"}
@@ -113,7 +113,7 @@ def test_shipped_findings_are_valid():
 
 
 def test_catalog_files_malformed_entries_are_one_line_errors(tmp_path):
-    from conformance.catalog import read_entries_file
+    from detconf.conformance.catalog import read_entries_file
 
     cases = {
         "[{": "malformed JSON",
@@ -138,7 +138,7 @@ def test_catalog_files_malformed_entries_are_one_line_errors(tmp_path):
 
 def test_schemas_speak_the_vocabulary():
     """The schema files list the vocabulary's words (a new verdict or mode must reach them)."""
-    from conformance.datafiles import SCHEMAS
+    from detconf.conformance.datafiles import SCHEMAS
     from detconf.vocabulary import FAILING, MODES, PROMISES, REPORT_ONLY, SOURCE_NAMES
 
     entries = json.loads((SCHEMAS / "catalog-entries.schema.json").read_text())["$defs"]["entry"]["properties"]

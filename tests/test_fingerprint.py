@@ -4,7 +4,7 @@ import hashlib
 import pytest
 import torch
 
-from engine.fingerprint import flat_host_copy, sha256, tensor_bytes
+from detconf.engine.fingerprint import flat_host_copy, sha256, tensor_bytes
 
 
 @pytest.mark.parametrize("make", [
@@ -30,7 +30,7 @@ def test_sha256_is_the_digest_of_the_chunks_one_after_another():
 def test_every_fingerprint_of_the_suite_is_this_helpers():
     """The runner's per-run fingerprint, the device-to-device one, the seed checks' and the cuBLAS
     child's: each is this module's, with its own chunks (their digests are unchanged)."""
-    from conformance import harness, rng_ops
+    from detconf.conformance import harness, rng_ops
 
     values = [("out", torch.tensor([1.0, -0.0]))]
     h = hashlib.sha256()

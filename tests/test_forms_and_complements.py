@@ -4,13 +4,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import conformance.registry  # noqa: F401
-from conformance.catalog import load_catalog, snapshot_entries
-from conformance.complements import complement_of, complements
-from conformance.harness import expected_for, judge
-from conformance.plan import Case, plan
-from engine.devices import backends
-from engine.program import forms_for, recipe_for
+import detconf.conformance.registry  # noqa: F401
+from detconf.conformance.catalog import load_catalog, snapshot_entries
+from detconf.conformance.complements import complement_of, complements
+from detconf.conformance.harness import expected_for, judge
+from detconf.conformance.plan import Case, plan
+from detconf.engine.devices import backends
+from detconf.engine.program import forms_for, recipe_for
 from tests.planted import planted_entry
 
 CPU = backends()["cpu"]
@@ -117,7 +117,7 @@ def test_complements_run_with_their_recipes_and_reach_their_kernels():
 def test_module_and_functional_forms_give_the_same_bytes(entry_id):
     """The nn.Module form builds the module and takes its parameters from the example's inputs:
     on the same drawn example it must compute exactly what the functional form computes."""
-    from engine.runner import run_program
+    from detconf.engine.runner import run_program
 
     entry = next((e for e in load_catalog(["torch-docs"]) if e.id == entry_id), None)
     if entry is None:

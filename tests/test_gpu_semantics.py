@@ -12,12 +12,12 @@ import torch
 from hypothesis import settings
 
 import tests.planted  # noqa: F401  (registers the planted recipes)
-from conformance import harness, kit
-from conformance.catalog import load_entries, snapshot_entries
-from conformance.plan import Case
-from engine import comparison, program, runner
-from engine.devices import backends
-from engine.trace import reached
+from detconf.conformance import harness, kit
+from detconf.conformance.catalog import load_entries, snapshot_entries
+from detconf.conformance.plan import Case
+from detconf.engine import comparison, program, runner
+from detconf.engine.devices import backends
+from detconf.engine.trace import reached
 from tests.emulated_gpu import emulated_cuda, round_to_tf32
 from tests.planted import planted_entry
 
@@ -213,7 +213,8 @@ ROWS = json.loads((DATA / "gpu-false-alarms.json").read_text())["rows"]
 def _program_from_repro(repro: str) -> tuple[program.Program, str]:
     """The example a row's reproducer builds, on the CPU: its inputs, the op function with its
     constants, the inputs it differentiates."""
-    source = repro.replace("device='cuda:0'", "device='cpu'")
+    # Rows recorded before the packages became detconf's subpackages import engine.strategies.
+    source = repro.replace("device='cuda:0'", "device='cpu'").replace("from engine.", "from detconf.engine.")
     tree = ast.parse(source)
     call = next(n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "out")
     body = [n for n in tree.body if not (isinstance(n, ast.Assign) and n.targets[0].id == "out")
@@ -300,7 +301,7 @@ def test_replicate_padding_under_the_mode_reaches_its_decomposition(row):
 @pytest.fixture(scope="module")
 def sweep_entries():
     pytest.importorskip("expecttest")
-    from conformance import sweep
+    from detconf.conformance import sweep
 
     return {e.id: e for e in sweep.sweep_entries()}
 
@@ -316,7 +317,7 @@ def test_eigenvectors_of_the_other_sign_are_no_false_alarm(sweep_entries, withou
 
 
 def test_the_projector_invariant_catches_a_wrong_eigenvector():
-    from conformance.recipes_sweep import RULES
+    from detconf.conformance.recipes_sweep import RULES
 
     rules = comparison.Rules(RULES["linalg.eigh"])
     a = torch.randn(4, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64).float()
@@ -370,7 +371,7 @@ def test_rows_carry_the_math_mode_of_every_device_in_play():
 def test_the_math_mode_settings_are_read_where_the_comparison_needs_them():
     """A judge told TF32 by torch's own setting (not a backend override): the CPU backend with
     oneDNN's fp32 precision at tf32 would widen; by default it is ieee."""
-    from engine import mathmode
+    from detconf.engine import mathmode
 
     cpu = backends()["cpu"]
     assert cpu.float32_precision("conv") == mathmode.float32_precision("cpu", "conv") == "ieee"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import types
 
-from engine import devices
+from detconf.engine import devices
 
 
 def test_the_driver_version_is_asked_of_nvidia_smi_once_per_process(monkeypatch):

@@ -143,7 +143,7 @@ def test_bad_profile_in_the_environment_is_a_one_line_usage_error(tmp_path):
 
 
 def _available(device: str) -> bool:
-    from engine.devices import backends
+    from detconf.engine.devices import backends
 
     return backends()[device].describe()["available"]
 
@@ -265,8 +265,8 @@ PLUGIN = '''
 import os
 from pathlib import Path
 
-import conformance.catalog as catalog
-import conformance.findings as findings
+import detconf.conformance.catalog as catalog
+import detconf.conformance.findings as findings
 
 catalog.DATA = Path(os.environ["DETCONF_TEST_DATA"])
 findings.FINDINGS_FILE = catalog.DATA / "known-findings.json"
@@ -408,7 +408,7 @@ def test_the_matrix_never_overwrites_what_it_did_not_write(tmp_path):
 
 def _plugin_module():
     """The plugin's module that owns the results file and its report folder (plugin.results)."""
-    from plugin import results
+    from detconf.plugin import results
 
     return results
 
@@ -420,7 +420,7 @@ def _with_link(report: Path) -> None:
 
 def _built_earlier(report: Path, name: str = "matrix.png", results: str = "results.jsonl") -> None:
     """``name`` in ``report`` as an earlier build left it: listed in the builder's manifest."""
-    from reports import manifest
+    from detconf.reports import manifest
 
     report.mkdir(exist_ok=True)
     (report / name).write_bytes(b"png")
@@ -458,7 +458,7 @@ def test_the_matrix_goes_to_its_own_folder_beside_a_results_csv(tmp_path):
     report = tmp_path / "results-report"
     _built_earlier(report, "matrix.md", "results.csv")
     (report / "matrix.md").write_text("stale\n")  # the builder's own file from an earlier run
-    from reports import manifest
+    from detconf.reports import manifest
 
     manifest.write(report, {"matrix.md": manifest.identity(report / "matrix.md")}, [results])
     out = run_pytest(*ONE_ENTRY, "--mode", "error", "--results", str(results))
@@ -497,7 +497,7 @@ def test_a_crash_storm_is_visibly_incomplete(tmp_path):
     # The run record lists the 16 planned cases, so the reports show each lost one as missing.
     assert end["outcome"] == "incomplete" and end["missing"] == 16 - end["written"]
     assert len(run["run"]["planned_cases"]) == 16
-    built = subprocess.run([sys.executable, "-m", "reports", "build", str(results), "--out", str(tmp_path / "m")],
+    built = subprocess.run([sys.executable, "-m", "detconf.reports", "build", str(results), "--out", str(tmp_path / "m")],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert built.returncode == 0, built.stderr
     assert f"{16 - end['written']} of 16 planned cases have no row (shown as missing)" in built.stdout
@@ -535,7 +535,7 @@ def test_a_results_file_that_fills_up_mid_run_stops_the_run_without_a_broken_lin
 PLANTED = '''
 def pytest_configure(config):
     # The suite's conftest is loaded by now (so ``conformance`` imports from any folder).
-    import conformance.harness as harness
+    import detconf.conformance.harness as harness
 
     real = harness.judge
 

@@ -1,10 +1,10 @@
-"""Hostile input to ``python -m reports``: every bad file, field or output path is one line on
+"""Hostile input to ``python -m detconf.reports``: every bad file, field or output path is one line on
 stderr (``reports: error: ...`` naming the problem) and exit status 2, never a traceback and
 never a file written; input that is odd but valid gives the right output.
 
 Most cases call ``reports.__main__.main(argv)`` in this process with stdout and stderr captured
 (the same code the command runs); those that depend on the process itself (standard output on
-a full device, what is printed at exit) run ``python -m reports`` as a child.
+a full device, what is printed at exit) run ``python -m detconf.reports`` as a child.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from reports import __main__ as cli
-from reports import load as load_mod
-from reports.lines import MAX_DEPTH, MAX_LINE_BYTES
+from detconf.reports import __main__ as cli
+from detconf.reports import load as load_mod
+from detconf.reports.lines import MAX_DEPTH, MAX_LINE_BYTES
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -90,7 +90,7 @@ def call(argv, capsys):
 
 
 def child(argv, stdout=subprocess.PIPE):
-    return subprocess.run([sys.executable, "-m", "reports", *map(str, argv)], cwd=REPO, stdout=stdout,
+    return subprocess.run([sys.executable, "-m", "detconf.reports", *map(str, argv)], cwd=REPO, stdout=stdout,
                           stderr=subprocess.PIPE, text=True, timeout=300)
 
 
@@ -324,7 +324,7 @@ def test_output_that_cannot_be_written_is_one_line(tmp_path, capsys, command, ca
 def test_a_full_disk_while_writing_is_one_line_and_leaves_the_folder_alone(tmp_path, capsys, monkeypatch):
     import errno
 
-    from reports import build as build_mod
+    from detconf.reports import build as build_mod
 
     out = tmp_path / "out"
     out.mkdir()
@@ -470,7 +470,7 @@ def test_hostile_ids_stay_in_their_cells_everywhere(tmp_path, capsys):
         cells = len(re.split(r"(?<!\\)\|", header))
         rows = [line for line in table if "torch-docs" in line]
         assert len(rows) == len(ids) and all(len(re.split(r"(?<!\\)\|", line)) == cells for line in rows), md
-    from reports.safe import csv_cell
+    from detconf.reports.safe import csv_cell
 
     for name in ("out/matrix.csv", "out/results.csv", "sens/sensitivity.csv"):
         with open(tmp_path / name, newline="", encoding="utf-8") as f:
@@ -483,7 +483,7 @@ def test_hostile_ids_stay_in_their_cells_everywhere(tmp_path, capsys):
 
 
 def test_terminal_output_of_diff_and_summary_holds_no_control_characters(tmp_path, capsys):
-    from reports.summary import summary_lines
+    from detconf.reports.summary import summary_lines
 
     a = tmp_path / "a.jsonl"
     b = tmp_path / "b.jsonl"
@@ -494,7 +494,7 @@ def test_terminal_output_of_diff_and_summary_holds_no_control_characters(tmp_pat
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", out)
     code, out, err = call(["build", b, "--out", tmp_path / "out"], capsys)
     assert code == 0 and not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", out)
-    from reports.safe import terminal
+    from detconf.reports.safe import terminal
 
     printed = terminal("\n".join(summary_lines(b)))  # what pytest's plugin prints of them
     assert "x?[2Jy?" in printed and not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", printed)

@@ -209,20 +209,20 @@ import signal, sys, time
 # Ctrl-C as in a terminal: a run started in the background by a non-interactive shell inherits
 # SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
 signal.signal(signal.SIGINT, signal.default_int_handler)
-import reports.build as build
+import detconf.reports.build as build
 real = build.write_png
 def slow(*args, **kwargs):
     print("writing", flush=True)
     time.sleep(60)
     return real(*args, **kwargs)
 build.write_png = slow
-from reports.__main__ import main
+from detconf.reports.__main__ import main
 sys.exit(main(sys.argv[1:]))
 '''
 
 
 def _slow_build(tmp_path: Path, results: Path, out: Path) -> subprocess.Popen:
-    """``python -m reports build`` that stops for a minute while it writes into its temporary folder."""
+    """``python -m detconf.reports build`` that stops for a minute while it writes into its temporary folder."""
     proc = subprocess.Popen([sys.executable, "-c", SLOW_BUILD, "build", str(results), "--out", str(out)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "writing", proc.communicate()
@@ -301,7 +301,7 @@ def _data_run(tmp_path: Path, name: str, text: str | None, *extra: str, schemas:
             (data / "schemas" / schema).unlink()
         else:
             (data / "schemas" / schema).write_text(body)
-    plugin = PLUGIN + ("import conformance.datafiles as datafiles\n"
+    plugin = PLUGIN + ("import detconf.conformance.datafiles as datafiles\n"
                        "datafiles.SCHEMAS = catalog.DATA / 'schemas'\ndatafiles._validator.cache_clear()\n")
     (tmp_path / "detconf_test_data.py").write_text(plugin)
     out = run_pytest("-p", "detconf_test_data", "--source", source or SOURCE_OF.get(name, "flag-api"), *extra,
@@ -408,7 +408,7 @@ def test_E_lcall_C(tmp_path):
     assert b"matrix build failed" not in proc.stdout and (tmp_path / "ü✓ r-report" / "matrix.md").is_file()
     [run] = runs_in(results)  # UTF-8 throughout, the path as it is
     assert run["run"]["env"]["argv"][-1] == str(results) and "\\udc" not in results.read_text(encoding="utf-8")
-    build = subprocess.run([sys.executable, "-m", "reports", "build", os.fsencode(results), "--out",
+    build = subprocess.run([sys.executable, "-m", "detconf.reports", "build", os.fsencode(results), "--out",
                             os.fsencode(tmp_path / "ü out"), "--quiet"], cwd=ROOT, capture_output=True,
                            timeout=240, env=_env(env))
     assert build.returncode == 0, build.stderr
@@ -456,7 +456,7 @@ def test_R_build_fifo(tmp_path):
 
 def test_R_diff_closedstdout(tmp_path):
     good = good_file(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "reports", "diff", str(good), str(good)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "detconf.reports", "diff", str(good), str(good)], cwd=ROOT,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
                           preexec_fn=lambda: os.close(1))
     assert_one_line_error(proc.returncode, proc.stderr, "cannot write to standard output (it is closed)")
@@ -465,7 +465,7 @@ def test_R_diff_closedstdout(tmp_path):
 def test_E_ioencoding_ascii_build(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_bytes(lines(run_record(), result(), result("index_add_", position=1, verdict="nondeterministic")))
-    proc = subprocess.run([sys.executable, "-m", "reports", "build", str(path), "--out", str(tmp_path / "out")],
+    proc = subprocess.run([sys.executable, "-m", "detconf.reports", "build", str(path), "--out", str(tmp_path / "out")],
                           cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env=_env({"PYTHONIOENCODING": "ascii"}))
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
@@ -476,19 +476,19 @@ def test_E_ioencoding_ascii_build(tmp_path):
 def test_CONF_spec_history_devfull(command, tmp_path):
     if command == ["spec-history"]:
         with open("/dev/full", "w") as full:
-            proc = subprocess.run([sys.executable, "-m", "conformance", *command], cwd=ROOT, stdout=full,
+            proc = subprocess.run([sys.executable, "-m", "detconf.conformance", *command], cwd=ROOT, stdout=full,
                                   stderr=subprocess.PIPE, text=True, timeout=120)
         needle = "cannot write to standard output (No space left on device)"
     else:
-        proc = subprocess.run([sys.executable, "-m", "conformance", *command], cwd=ROOT, stdout=subprocess.DEVNULL,
+        proc = subprocess.run([sys.executable, "-m", "detconf.conformance", *command], cwd=ROOT, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=lambda: os.close(1))
         needle = "cannot write to standard output (it is closed)"
     assert proc.returncode == 2 and proc.stderr == needle + "\n", proc.stderr
 
 
 def test_V_mustpass_binary(tmp_path):
-    from reports.certify import certify, write_sums
-    from reports.verify import verify
+    from detconf.reports.certify import certify, write_sums
+    from detconf.reports.verify import verify
 
     pkg = certify([str(_complete_run(tmp_path / "r.jsonl"))], str(tmp_path / "pkg"), product="X", vendor="Y")
     (pkg / "must-pass.jsonl").write_bytes(b"\xff\xfe")
@@ -509,14 +509,14 @@ def flag_run(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.fixture
 def package(flag_run, tmp_path) -> Path:
-    from reports.certify import certify
+    from detconf.reports.certify import certify
 
     results, log = flag_run
     return certify([str(results)], str(tmp_path / "pkg"), product="X100", vendor="ACME", logs=[str(log)])
 
 
 def _verify(pkg: Path) -> list[str]:
-    from reports.verify import verify
+    from detconf.reports.verify import verify
 
     return verify(str(pkg))[1]
 
@@ -528,13 +528,13 @@ def _edit_json(path: Path, edit) -> None:
 
 
 def _resum(pkg: Path) -> None:
-    from reports.certify import write_sums
+    from detconf.reports.certify import write_sums
 
     write_sums(pkg)
 
 
 def test_C_certify_ksubset(tmp_path):
-    from reports.certify import certify
+    from detconf.reports.certify import certify
 
     results = tmp_path / "k.jsonl"
     _ok(run_pytest(*FLAG, "-k", "are_deterministic and error", "--no-report-build", "--results", str(results)))

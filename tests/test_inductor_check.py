@@ -31,14 +31,14 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import conformance.registry  # noqa: F401  (registers the checks)
-from conformance.checks import inductor, load_check_entries
-from conformance.harness import judge
-from conformance.plan import Case
-from engine.checks import CheckObservation, CheckUnsupported, check_for
-from engine.determinism import preserved_global_state
-from engine.devices import backends
-from engine.trace import DispatchTrace
+import detconf.conformance.registry  # noqa: F401  (registers the checks)
+from detconf.conformance.checks import inductor, load_check_entries
+from detconf.conformance.harness import judge
+from detconf.conformance.plan import Case
+from detconf.engine.checks import CheckObservation, CheckUnsupported, check_for
+from detconf.engine.determinism import preserved_global_state
+from detconf.engine.devices import backends
+from detconf.engine.trace import DispatchTrace
 
 CPU = torch.device("cpu")
 CPU_BACKEND = backends()["cpu"]

@@ -84,8 +84,8 @@ def _results(path: Path) -> list[dict]:
 
 def test_pip_install_keeps_the_installed_torch(installed):
     assert _torch_of(installed / "python") == _torch_of(sys.executable)
-    site = subprocess.run([str(installed / "python"), "-c", "import conformance, detconf.plugin; "
-                           "print(conformance.__file__)"], capture_output=True, text=True, env=clean_env(), cwd="/")
+    site = subprocess.run([str(installed / "python"), "-c", "import detconf.conformance as c, detconf.pytest_entry; "
+                           "print(c.__file__)"], capture_output=True, text=True, env=clean_env(), cwd="/")
     assert site.returncode == 0 and "site-packages" in site.stdout, site.stdout + site.stderr
 
 
@@ -97,10 +97,79 @@ def test_detconf_run_runs_the_installed_suite_from_any_folder(installed, tmp_pat
     assert len(rows) == 3 and {r["verdict"] for r in rows} == {"conforms"}
     assert "site-packages" in out.stdout  # the suite that ran is the installed one
     assert (tmp_path / "reports" / "out" / "results-report" / "matrix.md").is_file()
-    # detconf report forwards to python -m reports.
+    # detconf report forwards to python -m detconf.reports.
     built = subprocess.run([str(installed / "detconf"), "report", "build", "reports/out/results.jsonl", "--out", "m"],
                            cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=300)
     assert built.returncode == 0 and (tmp_path / "m" / "matrix.csv").is_file(), built.stderr
+
+
+def test_nothing_but_detconf_goes_to_the_top_level_of_site_packages(installed):
+    """The design's packages install as detconf.engine, detconf.conformance, detconf.plugin and
+    detconf.reports: no generic name at the top level for another distribution to overwrite."""
+    code = ("import importlib.metadata as m, json\n"
+            "print(json.dumps(sorted({str(f).split('/')[0] for f in m.files('detconf') if not str(f).startswith('..')})))")
+    out = subprocess.run([str(installed / "python"), "-c", code], capture_output=True, text=True, env=clean_env(), cwd="/")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == ["detconf", "detconf-0.1.0.dist-info"]
+
+
+def _decoy_packages(folder: Path) -> Path:
+    """A project folder holding packages named like detconf's own, each failing loudly on import."""
+    for name in ("engine", "reports", "plugin", "conformance"):
+        package = folder / name
+        package.mkdir(parents=True)
+        for module in ("__init__.py", "__main__.py"):
+            (package / module).write_text(f"raise ImportError('the project folder\\'s own {name} was imported')\n")
+    return folder
+
+
+def _wheel_named_reports(folder: Path) -> Path:
+    """A distribution named ``reports`` (one exists in the package index) with a top-level
+    ``reports`` package, as a wheel built by hand."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {"reports/__init__.py": "OWNER = 'the reports distribution'\n",
+             "reports-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: reports\nVersion: 1.0\n",
+             "reports-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+             "reports-1.0.dist-info/top_level.txt": "reports\n"}
+    record = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(text.encode())}")
+    record.append("reports-1.0.dist-info/RECORD,,")
+    wheel = folder / "reports-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+        archive.writestr("reports-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return wheel
+
+
+def test_detconf_runs_from_a_folder_of_generic_packages_beside_a_distribution_named_reports(installed, tmp_path):
+    python = str(installed / "python")
+    wheel = _wheel_named_reports(tmp_path)
+    added = subprocess.run([python, "-m", "pip", "install", "--no-index", "--no-deps", str(wheel)],
+                           capture_output=True, text=True, timeout=300, env=clean_env(), cwd="/")
+    assert added.returncode == 0, added.stdout[-2000:] + added.stderr[-2000:]
+    work = _decoy_packages(tmp_path / "project")
+    out = subprocess.run([str(installed / "detconf"), "run", *SMALL_RUN, "--results", "r.jsonl"], cwd=work,
+                         env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert [r["verdict"] for r in _results(work / "r.jsonl")] == ["conforms"] * 3
+    built = subprocess.run([str(installed / "detconf"), "report", "build", "r.jsonl", "--out", "m"], cwd=work,
+                           env=clean_env(), capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0 and (work / "m" / "matrix.csv").is_file(), built.stdout[-2000:] + built.stderr[-2000:]
+    # The other distribution's package is its own, untouched; detconf's reports is detconf.reports.
+    owner = subprocess.run([python, "-c", "import reports, detconf.reports as ours; print(reports.OWNER); "
+                            "print(ours.__file__)"], capture_output=True, text=True, env=clean_env(), cwd="/")
+    assert owner.returncode == 0, owner.stderr[-2000:]
+    assert owner.stdout.splitlines()[0] == "the reports distribution"
+    assert owner.stdout.splitlines()[1].endswith("site-packages/detconf/reports/__init__.py")
+    # The planted folder is what an old layout would have imported: a proof that it is in the way.
+    planted = subprocess.run([python, "-c", "import engine"], capture_output=True, text=True, env=clean_env(), cwd=work)
+    assert planted.returncode != 0 and "the project folder's own engine was imported" in planted.stderr
 
 
 def test_the_readme_commands_load_the_plugin_once_with_detconf_installed(installed, tmp_path):

@@ -6,13 +6,13 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from conformance.catalog import snapshot_entries
-from conformance.harness import failure_message, judge
-from conformance.plan import Case
-from engine import program, verdict
-from engine.devices import backends
-from engine.program import Program, recipe
-from engine.trace import TargetError, Targets, reached
+from detconf.conformance.catalog import snapshot_entries
+from detconf.conformance.harness import failure_message, judge
+from detconf.conformance.plan import Case
+from detconf.engine import program, verdict
+from detconf.engine.devices import backends
+from detconf.engine.program import Program, recipe
+from detconf.engine.trace import TargetError, Targets, reached
 from tests.emulated_gpu import emulated_cuda
 from tests.planted import _x, planted_entry
 
@@ -147,7 +147,7 @@ def test_interpolate_where_every_mode_alerts_conforms():
 def test_targets_without_the_decomposition_leave_its_modes_unreached(monkeypatch):
     """The planted fault: targets that name only the native kernels. The kernel sets catch what
     the per-case reach (0.5, conforms) did not."""
-    from conformance import recipes
+    from detconf.conformance import recipes
 
     monkeypatch.setattr(recipes, "_INTERP_DECOMPOSED", ())
     row = judge(Case(LINEAR, "cuda", "error"), _gpu(routes=True), hypothesis_settings=FAST)
@@ -164,9 +164,9 @@ def test_a_required_kernel_the_compiler_replaced_is_reached_through_the_same_exa
     (On the CPU here, with the CUDA entry's kernel set handed to the judge.)"""
     from collections import Counter
 
-    from conformance import harness
-    from conformance.complements import complements
-    from engine.compiled import Compiler
+    from detconf.conformance import harness
+    from detconf.conformance.complements import complements
+    from detconf.engine.compiled import Compiler
 
     entry = {e.id: e for e in complements(snapshot_entries("2.11.0"))}[
         "interpolate(mode='nearest').backward[complement,cuda]"]

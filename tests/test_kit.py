@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 import pytest
 
-from conformance.kit import Example, OpFunctionError, op_source
-from engine.entry import Entry
+from detconf.conformance.kit import Example, OpFunctionError, op_source
+from detconf.engine.entry import Entry
 
 ENTRY = Entry(id="add", op="torch.add", sentence="s", promise="deterministic")
 HELPER_SCALE = 3
@@ -70,7 +70,7 @@ def _class_values(case: dict, stable) -> tuple:
 def test_under_compile_every_call_form_of_a_case_draws_the_same_shape_class():
     # One shape class for all forms: the second form's graph is the first one's, so Inductor's
     # graph cache compiles the case once per mode instead of once per form.
-    from conformance.kit import stable_draws
+    from detconf.conformance.kit import stable_draws
 
     with stable_draws(11) as stable:
         module = _class_values({"form": "nn.Module"}, stable)
@@ -80,7 +80,7 @@ def test_under_compile_every_call_form_of_a_case_draws_the_same_shape_class():
 
 
 def test_under_compile_each_documented_condition_keeps_a_class_of_its_own():
-    from conformance.kit import stable_draws
+    from detconf.conformance.kit import stable_draws
 
     with stable_draws(11) as stable:
         conditions = {flag: _class_values({"accumulate": flag, "form": "method"}, stable) for flag in (False, True)}
@@ -131,7 +131,7 @@ def test_the_kits_quick_draws_take_the_choices_the_strategies_would():
 def test_the_harness_hands_recipes_the_quick_draw_in_both_readings():
     from hypothesis import given, settings, strategies as st
 
-    from conformance import harness
+    from detconf.conformance import harness
 
     seen = []
 
@@ -150,7 +150,7 @@ def test_where_the_strategys_constraints_cannot_be_read_the_kit_draws_through_th
     # constraints, it leaves the draw to st.integers.
     from hypothesis.internal.conjecture.data import ConjectureData
 
-    from conformance import kit
+    from detconf.conformance import kit
 
     kit.integer_constraints.cache_clear()
     monkeypatch.setattr(ConjectureData, "for_choices", classmethod(lambda cls, choices: 1 / 0))

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import mathmode
-from engine.determinism import _flags_unfrozen, preserved_global_state
-from engine.mathmode import capture, describe, float32_precision, restore, unit_roundoff
+from detconf.engine import mathmode
+from detconf.engine.determinism import _flags_unfrozen, preserved_global_state
+from detconf.engine.mathmode import capture, describe, float32_precision, restore, unit_roundoff
 
 ROOT = Path(__file__).resolve().parents[1]
 #: torch.backends.*.fp32_precision (2.13 has it; older releases such as 2.5.1 have the legacy flags only).

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from reports.build import build
-from reports.diff import main as diff_main
-from reports.load import ResultsError, load
+from detconf.reports.build import build
+from detconf.reports.diff import main as diff_main
+from detconf.reports.load import ResultsError, load
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRIES = [{"source": "torch-docs", "doc_version": None, "entry_id": f"op{k}", "op": f"torch.op{k}",
@@ -51,7 +51,7 @@ ALL = [_case(k, m) for k in range(3) for m in ("error", "warn_only")]
 
 
 def _reports(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "reports", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "detconf.reports", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
 
 

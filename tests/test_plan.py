@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from conformance.catalog import doc_versions, load_catalog, snapshot_entries
-from conformance.plan import Case, plan, raise_documented_elsewhere
+from detconf.conformance.catalog import doc_versions, load_catalog, snapshot_entries
+from detconf.conformance.plan import Case, plan, raise_documented_elsewhere
 from detconf.vocabulary import DEFAULT_SOURCES, MODES
 
 CATALOG = load_catalog(DEFAULT_SOURCES)
@@ -58,14 +58,14 @@ def test_a_raise_documented_for_another_device_is_found():
 
 
 def test_the_sweep_runs_in_the_program_phase_only():
-    from conformance.plan import phases_for
-    from engine.entry import Entry
+    from detconf.conformance.plan import phases_for
+    from detconf.engine.entry import Entry
     sweep_entry = Entry(id="x", op="opinfo:x", sentence="", promise="deterministic", backward=True, source="sweep")
     assert phases_for(sweep_entry, "error") == ("program",)
 
 
 def test_a_compiled_run_starts_the_heaviest_cases_first_and_keeps_each_group_together():
-    from conformance.plan import heaviest_first
+    from detconf.conformance.plan import heaviest_first
 
     torch_docs = [e for e in CATALOG if e.source == "torch-docs"]
     cases = plan(torch_docs, ["cpu"], ["error", "warn_only"], ["eager", "inductor"])

@@ -3,9 +3,9 @@ through the whole path (recipe -> Hypothesis -> runner -> verdict -> row)."""
 import pytest
 from hypothesis import settings
 
-from conformance.plan import Case
-from conformance.harness import failure_message, judge
-from engine.devices import backends
+from detconf.conformance.plan import Case
+from detconf.conformance.harness import failure_message, judge
+from detconf.engine.devices import backends
 from tests.planted import planted_entry
 
 FAST = settings(max_examples=5, derandomize=True, database=None, deadline=None)
@@ -109,7 +109,7 @@ def test_deterministic_but_wrong_is_wrong_result():
 def test_tolerances_are_dtype_aware():
     import torch
 
-    from engine.runner import compare_values
+    from detconf.engine.runner import compare_values
 
     a = [("out", torch.tensor([1.0, 2.0], dtype=torch.float16))]
     b = [("out", torch.tensor([1.0, 2.002], dtype=torch.float16))]
@@ -137,7 +137,7 @@ def test_derandomized_cases_draw_the_same_examples_every_time():
     ("planted.promise_broken", "off", "recorded", "broken"),
 ])
 def test_check_outcomes_go_through_the_one_verdict(check_id, mode, verdict, observed):
-    from engine.entry import Entry
+    from detconf.engine.entry import Entry
 
     entry = Entry(id=check_id, op=check_id, sentence="planted", promise="behaves", source="planted")
     row = judge(Case(entry, "cpu", mode), CPU, hypothesis_settings=FAST)
@@ -170,8 +170,8 @@ def test_a_recipe_that_routes_around_its_kernel_is_not_reached(promise, mode, in
     assert row["reach"] == 0.0 and row["examples"] == FAST.max_examples  # it kept drawing: no example reached
     assert "aten.index_add.default" not in row["dispatched"] and "aten.mm.default" in row["dispatched"]
     # the same program judged without its targets would have passed as `instead_of`
-    from engine.observation import Observation
-    from engine.verdict import verdict_for
+    from detconf.engine.observation import Observation
+    from detconf.engine.verdict import verdict_for
     obs = Observation(**{k: v for k, v in row["detail"].items()
                          if k in ("runs", "raised_runs", "warned_runs", "identical")})
     assert verdict_for(row["expected"], obs) == instead_of
@@ -223,7 +223,7 @@ def test_examples_that_could_not_run_do_not_count_in_reach():
 def test_a_case_that_leaves_global_state_changed_is_a_harness_error_and_is_put_back():
     import torch
 
-    from engine.determinism import capture_state
+    from detconf.engine.determinism import capture_state
 
     before = capture_state().summary()
     row = run("planted.leaks_state", "deterministic", "error", settings=settings(FAST, max_examples=1))

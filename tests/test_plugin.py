@@ -146,7 +146,7 @@ def test_isolated_process_path_gives_the_same_rows(tmp_path):
 
 
 def test_backends_declare_isolation_and_describe_themselves():
-    from engine.devices import backends
+    from detconf.engine.devices import backends
 
     table = backends()
     assert table["npu"].isolate_modes and not table["cpu"].isolate_modes

@@ -4,14 +4,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import conformance.registry  # noqa: F401  (registers every recipe)
-from conformance import catalog
+import detconf.conformance.registry  # noqa: F401  (registers every recipe)
+from detconf.conformance import catalog
 from detconf.vocabulary import OP_SOURCES
-from engine import program
-from engine.determinism import deterministic_mode
-from engine.program import NOT_JUDGED, NoTargets, Program, declared_targets, targets_for
-from engine.runner import _run_once, run_program
-from engine.trace import DispatchTrace, TargetError, Targets, matches, reached, top_ops
+from detconf.engine import program
+from detconf.engine.determinism import deterministic_mode
+from detconf.engine.program import NOT_JUDGED, NoTargets, Program, declared_targets, targets_for
+from detconf.engine.runner import _run_once, run_program
+from detconf.engine.trace import DispatchTrace, TargetError, Targets, matches, reached, top_ops
 
 
 def test_a_target_without_overload_matches_every_overload_and_with_one_only_that():
@@ -163,11 +163,11 @@ def _traced_bytes_differ(monkeypatch=None, trace_class=None) -> tuple[int, list[
     traced and once not: (examples compared, those whose output or gradient bytes differ)."""
     from hypothesis import settings
 
-    import engine.runner as runner
-    from conformance.harness import drawn_programs
-    from conformance.plan import plan
-    from engine import docspec
-    from engine.runner import compare_runs
+    import detconf.engine.runner as runner
+    from detconf.conformance.harness import drawn_programs
+    from detconf.conformance.plan import plan
+    from detconf.engine import docspec
+    from detconf.engine.runner import compare_runs
 
     if trace_class is not None:
         monkeypatch.setattr(runner, "DispatchTrace", trace_class)

@@ -16,12 +16,12 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
-from engine.entry import Entry
-from engine.program import Program, has_recipe, recipe_for
-import conformance.registry  # noqa: F401  (registers the recipes)
-from conformance.catalog import TORCH_DOCS as SNAPSHOT_DIR
-from engine.runner import observe
-from engine.strategies import current_scale, set_scale
+from detconf.engine.entry import Entry
+from detconf.engine.program import Program, has_recipe, recipe_for
+import detconf.conformance.registry  # noqa: F401  (registers the recipes)
+from detconf.conformance.catalog import TORCH_DOCS as SNAPSHOT_DIR
+from detconf.engine.runner import observe
+from detconf.engine.strategies import current_scale, set_scale
 from tests.capabilities import kernel_missing_for
 
 DOCS = SNAPSHOT_DIR  # the project's copy of every release's docstring
@@ -369,10 +369,10 @@ def test_fractional_pooling_from_narrow_samples_is_compared_run_against_run_only
     where windows start is the precision a kernel computes int((i + sample) * alpha) in. Such
     examples compare run against run; float32 and float64 examples keep their references, and a
     wrong value there is still caught."""
-    from conformance import harness
-    from conformance.catalog import snapshot_entries
-    from conformance.plan import Case
-    from engine import comparison
+    from detconf.conformance import harness
+    from detconf.conformance.catalog import snapshot_entries
+    from detconf.conformance.plan import Case
+    from detconf.engine import comparison
 
     entry = {e.id: e for e in snapshot_entries("2.11.0")}["FractionalMaxPool3d.backward[cuda]"]
     case = Case(entry, "cpu", "error")

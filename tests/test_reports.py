@@ -13,14 +13,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from reports import build as build_mod
-from reports.build import build
-from reports.diff import main as diff_main
-from reports.digests import rows_digest
-from reports.load import load
-from reports.matrix import NOT_RUN_MARK, Matrix, png_selection
-from reports.records import PASSING, VERDICTS, ResultsError
-from reports.summary import summary_lines
+from detconf.reports import build as build_mod
+from detconf.reports.build import build
+from detconf.reports.diff import main as diff_main
+from detconf.reports.digests import rows_digest
+from detconf.reports.load import load
+from detconf.reports.matrix import NOT_RUN_MARK, Matrix, png_selection
+from detconf.reports.records import PASSING, VERDICTS, ResultsError
+from detconf.reports.summary import summary_lines
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -78,7 +78,7 @@ def small_run(tmp_path: Path, name="results.jsonl") -> Path:
 
 
 def run_cli(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "reports", *map(str, args)], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "detconf.reports", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -570,9 +570,10 @@ def test_output_path_that_is_a_file_is_an_error(tmp_path):
 
 def test_reports_never_import_the_test_machinery():
     code = (
-        "import sys, reports.build, reports.diff, reports.summary, reports.load, reports.matrix\n"
-        "import reports.__main__\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'engine', 'conformance', 'hypothesis'))\n"
+        "import sys, detconf.reports.build, detconf.reports.diff, detconf.reports.summary, detconf.reports.load\n"
+        "import detconf.reports.matrix, detconf.reports.__main__\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'hypothesis')\n"
+        "             or m.startswith(('detconf.engine', 'detconf.conformance', 'detconf.plugin')))\n"
         "assert not bad, bad\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -582,16 +583,16 @@ def test_reports_never_import_the_test_machinery():
 def test_drift_subcommand_is_optional(monkeypatch, capsys):
     import importlib.util
 
-    from reports import __main__ as cli
+    from detconf.reports import __main__ as cli
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "reports.drift" else real(name, *a))
+                        lambda name, *a: None if name == "detconf.reports.drift" else real(name, *a))
     assert cli.main(["drift"]) == 2
-    assert "reports.drift" in capsys.readouterr().err
+    assert "detconf.reports.drift" in capsys.readouterr().err
 
 
 def test_verdict_vocabulary_matches_the_engine():
-    verdict = pytest.importorskip("engine.verdict")
+    verdict = pytest.importorskip("detconf.engine.verdict")
     assert set(VERDICTS) == set(verdict.VERDICTS)
     assert PASSING == set(verdict.PASSING)

@@ -9,11 +9,11 @@ import shlex
 
 import pytest
 
-from reports.build import build
-from reports.load import load
-from reports.matrix import PNG_MAX_MARKS, PNG_MAX_SIZE, Matrix, png_spec
-from reports.records import ROW_FIELDS
-from reports.summary import summary_lines
+from detconf.reports.build import build
+from detconf.reports.load import load
+from detconf.reports.matrix import PNG_MAX_MARKS, PNG_MAX_SIZE, Matrix, png_spec
+from detconf.reports.records import ROW_FIELDS
+from detconf.reports.summary import summary_lines
 from tests.test_hostile_reports import assert_one_line_error, call
 from tests.test_reports import PNG_SIGNATURE, header, row, write
 
@@ -170,8 +170,8 @@ def test_overview_and_sensitivity_charts_are_byte_stable(tmp_path, capsys):
 
 
 def test_the_bar_specs_say_what_they_draw(tmp_path):
-    from reports.overview import bars_spec, overview_rows
-    from reports.sensitivity import chart_spec, sensitivity_table
+    from detconf.reports.overview import bars_spec, overview_rows
+    from detconf.reports.sensitivity import chart_spec, sensitivity_table
 
     src = mixed_run(tmp_path)
     matrix = Matrix.from_results(load([src], columns=ROW_FIELDS))
@@ -192,7 +192,7 @@ def test_overview_bad_input_is_one_line(tmp_path, capsys, argv, monkeypatch):
 
 
 def test_the_answer_lists_a_bounded_number_of_cells_and_fails_beyond(tmp_path, monkeypatch):
-    from reports import answer as answer_mod
+    from detconf.reports import answer as answer_mod
 
     monkeypatch.setattr(answer_mod, "ANSWER_MAX_CELLS", 2)
     records = [header()] + [row(f"op_{k}", position=k, verdict="violated", detail={"known_finding": "known"})
@@ -225,7 +225,7 @@ def test_markdown_tables_are_the_same_with_or_without_wcwidth(monkeypatch):
 
     import tabulate
 
-    from reports import safe
+    from detconf.reports import safe
 
     rows, headers = [["Ascend (确定性计算API支持清单)", "conforms"]], ["sentence", "cpu/error"]
     plain = safe.markdown_table(rows, headers)

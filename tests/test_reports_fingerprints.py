@@ -1,4 +1,4 @@
-"""``python -m reports fingerprints``: two GPUs' results files compared example by example.
+"""``python -m detconf.reports fingerprints``: two GPUs' results files compared example by example.
 
 The data are rows of the first GPU runs (tests/data/fingerprints/: 14 cells of an H100 run and
 13 of an H200 run of the same suite and torch, cut from ../shared/cuda-evidence/), chosen to
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.fingerprints import main
+from detconf.reports.fingerprints import main
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "fingerprints"
@@ -151,7 +151,7 @@ def test_without_out_the_markdown_goes_to_standard_output(capsys):
 ])
 def test_bad_input_is_one_line_and_exit_status_2(tmp_path, make, needle):
     bad = make(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "reports", "fingerprints", str(H100), str(bad), "--out",
+    out = subprocess.run([sys.executable, "-m", "detconf.reports", "fingerprints", str(H100), str(bad), "--out",
                           str(tmp_path / "fp")], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2, out.stdout + out.stderr
     assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith("reports: error: "), out.stderr
@@ -165,6 +165,6 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_the_report_imports_without_torch():
-    code = "import sys; sys.modules['torch'] = None\nimport reports.fingerprints\n"
+    code = "import sys; sys.modules['torch'] = None\nimport detconf.reports.fingerprints\n"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

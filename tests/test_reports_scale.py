@@ -14,16 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reports import digests as digests_mod
-from reports import lines as lines_mod
-from reports import load as load_mod
-from reports import parse as parse_mod
-from reports.build import build
-from reports.diff import main as diff_main
-from reports.digests import rows_digest
-from reports.load import load
-from reports.records import ResultsError
-from reports.matrix import Matrix, PNG_MAX_COLUMNS, _md_column
+from detconf.reports import digests as digests_mod
+from detconf.reports import lines as lines_mod
+from detconf.reports import load as load_mod
+from detconf.reports import parse as parse_mod
+from detconf.reports.build import build
+from detconf.reports.diff import main as diff_main
+from detconf.reports.digests import rows_digest
+from detconf.reports.load import load
+from detconf.reports.records import ResultsError
+from detconf.reports.matrix import Matrix, PNG_MAX_COLUMNS, _md_column
 from tests.test_hostile_reports import BAD_FILES, deep, end_record, lines, result, run_record
 
 REPO = Path(__file__).resolve().parents[1]
@@ -291,7 +291,7 @@ def test_digest_is_of_the_kept_lines_in_matrix_order(tmp_path):
 def test_markdown_column_is_what_tabulate_makes(header, cells):
     from tabulate import tabulate
 
-    from reports.safe import md_cell, narrow_characters
+    from detconf.reports.safe import md_cell, narrow_characters
 
     header, cells = md_cell(header), [md_cell(c) for c in cells]
     head, rule, pieces = _md_column(header, cells)
@@ -304,8 +304,8 @@ def test_markdown_matrix_is_what_tabulate_makes(tmp_path):
     """The matrix written column by column is the table tabulate makes of it whole."""
     from tabulate import tabulate
 
-    from reports.matrix import HEADINGS, ENTRY_COLUMNS, NOT_RUN_MARK, _md_code
-    from reports.safe import md_cell, narrow_characters
+    from detconf.reports.matrix import HEADINGS, ENTRY_COLUMNS, NOT_RUN_MARK, _md_code
+    from detconf.reports.safe import md_cell, narrow_characters
 
     path = tmp_path / "r.jsonl"
     entries = [("a|b", "x × y"), ("`t`", "wide 確定"), ("c", "  pad  ")]
@@ -351,7 +351,7 @@ def test_benchmark_runs_and_prints_its_table(tmp_path):
 
 def test_helper_processes_make_the_same_files(tmp_path, monkeypatch):
     """Over many rows the picture and the digest come from helper processes: the same bytes."""
-    from reports import build as build_mod
+    from detconf.reports import build as build_mod
 
     files = [p for p in PUBLISHED if "sweep" not in str(p)]
     monkeypatch.setattr(build_mod, "HELPER_ROWS", 10 ** 9)
@@ -365,17 +365,19 @@ def test_helper_processes_make_the_same_files(tmp_path, monkeypatch):
 
 
 def test_a_helper_that_cannot_write_is_one_line(tmp_path, capsys, monkeypatch):
-    from reports import __main__ as cli
-    from reports import build as build_mod
+    from detconf.reports import __main__ as cli
+    from detconf.reports import build as build_mod
 
     monkeypatch.setattr(build_mod, "HELPER_ROWS", 0)
-    fake = tmp_path / "fake" / "reports"
+    fake = tmp_path / "fake" / "standin"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "picture.py").write_text("import errno\ndef main(argv):\n"
                                      "    raise OSError(errno.ENOSPC, 'No space left on device')\n")
     (fake / "spans.py").write_text("def main(argv):\n    print('0' * 64)\n")
-    monkeypatch.setattr(build_mod, "_PACKAGE_ROOT", str(tmp_path / "fake"))
+    monkeypatch.setattr(build_mod, "_HELPER_PATH", (str(tmp_path / "fake"),))
+    monkeypatch.setattr(build_mod, "PICTURE_HELPER", "standin.picture")
+    monkeypatch.setattr(build_mod, "SPANS_HELPER", "standin.spans")
     out = tmp_path / "out"
     code = cli.main(["build", str(PUBLISHED[0]), "--out", str(out)])
     err = capsys.readouterr().err
@@ -386,15 +388,17 @@ def test_a_helper_that_cannot_write_is_one_line(tmp_path, capsys, monkeypatch):
 def test_a_helper_that_crashes_is_named(tmp_path, monkeypatch):
     """A helper failing for another reason than a file is an error naming the helper, not a
     wrong picture or digest."""
-    from reports import build as build_mod
+    from detconf.reports import build as build_mod
 
     monkeypatch.setattr(build_mod, "HELPER_ROWS", 0)
-    fake = tmp_path / "fake" / "reports"
+    fake = tmp_path / "fake" / "standin"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "picture.py").write_text("def main(argv):\n    pass\n")
     (fake / "spans.py").write_text("def main(argv):\n    raise ValueError('bad spans file')\n")
-    monkeypatch.setattr(build_mod, "_PACKAGE_ROOT", str(tmp_path / "fake"))
-    with pytest.raises(RuntimeError, match=r"reports\.spans: ValueError: bad spans file"):
+    monkeypatch.setattr(build_mod, "_HELPER_PATH", (str(tmp_path / "fake"),))
+    monkeypatch.setattr(build_mod, "PICTURE_HELPER", "standin.picture")
+    monkeypatch.setattr(build_mod, "SPANS_HELPER", "standin.spans")
+    with pytest.raises(RuntimeError, match=r"standin\.spans: ValueError: bad spans file"):
         build([PUBLISHED[0]], tmp_path / "out")
     assert not (tmp_path / "out").exists()

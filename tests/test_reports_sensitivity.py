@@ -1,7 +1,7 @@
-"""`python -m reports sensitivity`: fraction of examples that differed with determinism off."""
+"""`python -m detconf.reports sensitivity`: fraction of examples that differed with determinism off."""
 from tests.test_reports import header, row, run_cli, write
 
-from reports.sensitivity import headline, sensitivity_table
+from detconf.reports.sensitivity import headline, sensitivity_table
 
 
 def off_row(entry_id, seen, quiet, devices=("cuda",), device="cuda", promise="deterministic", **detail):

@@ -5,8 +5,8 @@ import struct
 import pytest
 import torch
 
-from engine.program import Program
-from engine.runner import as_bytes, compare_runs, flatten_tensors, observe
+from detconf.engine.program import Program
+from detconf.engine.runner import as_bytes, compare_runs, flatten_tensors, observe
 
 
 def nan_with_payload(payload: int) -> float:
@@ -152,7 +152,7 @@ def test_other_errors_are_not_alerts():
 
 
 def test_float8_outputs_compare_within_tolerance():
-    from engine.runner import compare_values
+    from detconf.engine.runner import compare_values
 
     a = [("out", torch.tensor([1.0, 2.0]).to(torch.float8_e4m3fn))]
     assert compare_values(a, a) is None
@@ -161,7 +161,7 @@ def test_float8_outputs_compare_within_tolerance():
 
 
 def test_cublas_alert_wording_counts_as_the_determinism_alert():
-    from engine.runner import DETERMINISM_ALERT
+    from detconf.engine.runner import DETERMINISM_ALERT
 
     message = ("Deterministic behavior was enabled with either `torch.use_deterministic_algorithms(True)` or "
                "`at::Context::setDeterministicAlgorithms(true)`, but this operation is not deterministic because "
@@ -173,7 +173,7 @@ def test_cublas_alert_wording_counts_as_the_determinism_alert():
 def test_seeded_gradients_are_the_same_values_in_a_fresh_tensor_every_call():
     # Cached per shape (every run of an example feeds the same gradient), but never the cache
     # itself: a backward or an op may keep or change what it is handed.
-    from engine.runner import _seeded_like
+    from detconf.engine.runner import _seeded_like
 
     out = torch.zeros(3, 4, dtype=torch.float64)
     first = _seeded_like(out, 1)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from reports.safe import csv_cell, md_cell, terminal
+from detconf.reports.safe import csv_cell, md_cell, terminal
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ["=HYPERLINK(\"http://x\",\"y\")", "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A2)", "\tx", "\rx",
@@ -48,7 +48,7 @@ def _results(tmp_path, ids, mode="error"):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "reports", *map(str, args)], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "detconf.reports", *map(str, args)], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
 
 

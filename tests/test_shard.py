@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance.shard import ShardError, parse_shard, select, shard_group, shard_of
+from detconf.conformance.shard import ShardError, parse_shard, select, shard_group, shard_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,9 +25,9 @@ def _pytest(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def full_plan():
     """Every source but the sweep, with complements, on two device types, three modes, two compile settings."""
-    from conformance.catalog import load_catalog
-    from conformance.complements import complements
-    from conformance.plan import plan
+    from detconf.conformance.catalog import load_catalog
+    from detconf.conformance.complements import complements
+    from detconf.conformance.plan import plan
     from detconf.vocabulary import DEFAULT_SOURCES
 
     catalog = load_catalog(list(DEFAULT_SOURCES))
@@ -63,8 +63,8 @@ def test_the_split_is_the_same_on_every_machine(full_plan):
     """Pinned: a SHA-256 of the group, not Python's per-process hash(), decides."""
     case = next(c for c in full_plan if c.id == "put_(accumulate=False)-cpu-error")
     assert shard_group(case) == "torch-docs::put_(accumulate=False)|cpu|eager"
-    code = ("from conformance.shard import shard_of; from conformance.catalog import load_catalog; "
-            "from conformance.plan import plan; "
+    code = ("from detconf.conformance.shard import shard_of; from detconf.conformance.catalog import load_catalog; "
+            "from detconf.conformance.plan import plan; "
             "cases = plan(load_catalog(['torch-docs']), ['cpu'], ['error']); "
             "print([shard_of(c, 7) for c in cases if c.id == 'put_(accumulate=False)-cpu-error'][0])")
     other = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -101,7 +101,7 @@ def test_a_bad_shard_is_a_one_line_usage_error(tmp_path, text, needle):
 
 
 def test_the_rerun_hint_keeps_the_shard(tmp_path):
-    from plugin.rerun import rerun_command
+    from detconf.plugin.rerun import rerun_command
 
     option = SimpleNamespace(source=["flag-api"], doc_version=None, no_complements=False, mode=None,
                              runs=2, hypothesis_seed=None, isolate=False, results=str(tmp_path / "r.jsonl"),
@@ -132,12 +132,12 @@ def test_shards_run_apart_and_merge_into_the_whole_plan(tmp_path):
     for r, ids in zip(records, planned):
         rows = [x for x in r if x["record"] == "result"]
         assert len(rows) == len(ids) == r[-1]["written"] and r[-1]["outcome"] == "complete"
-    from conformance.catalog import load_catalog
-    from conformance.plan import plan
+    from detconf.conformance.catalog import load_catalog
+    from detconf.conformance.plan import plan
 
     whole = {c.id for c in plan(load_catalog(["flag-api"]), ["cpu"], ["error", "warn_only"])}
     assert planned[0] | planned[1] == whole
-    built = subprocess.run([sys.executable, "-m", "reports", "build", *map(str, files), "--out", str(tmp_path / "m")],
+    built = subprocess.run([sys.executable, "-m", "detconf.reports", "build", *map(str, files), "--out", str(tmp_path / "m")],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert built.returncode == 0, built.stderr
     summary = json.loads((tmp_path / "m" / "summary.json").read_text())

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import conformance.harness as harness
+import detconf.conformance.harness as harness
 
 STRATEGIES = (st.integers(0, 10**3), st.sampled_from(["a", "b", "c"]), st.booleans(), st.integers(-5, 5),
               st.floats(0, 1), st.lists(st.integers(0, 9), max_size=4))
@@ -88,7 +88,7 @@ def test_the_dispatch_trace_is_not_wrapped_in_a_dynamo_disable_per_operator():
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from engine.trace import DispatchTrace
+    from detconf.engine.trace import DispatchTrace
 
     class Plain(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -119,8 +119,8 @@ def test_a_failing_example_still_reports_its_draws():
 
 
 def _one_case(text: str):
-    from conformance.plan import plan
-    from engine import docspec
+    from detconf.conformance.plan import plan
+    from detconf.engine import docspec
 
     return next(c for c in plan(docspec.installed_entries(), ["cpu"], ["error"]) if text in c.entry.id)
 
@@ -130,7 +130,7 @@ def test_an_example_database_key_only_where_there_is_a_database(database, monkey
     import hypothesis.core as core
     from hypothesis.database import InMemoryExampleDatabase
 
-    from engine.devices import resolve_devices
+    from detconf.engine.devices import resolve_devices
 
     calls = []
     real = core.function_digest

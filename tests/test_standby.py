@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from reports import standby
-from reports.build import build
-from reports.summary import summary_lines
+from detconf.reports import standby
+from detconf.reports.build import build
+from detconf.reports.summary import summary_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "reports" / "published" / "torch-2.13.0" / "cpu" / "results.jsonl"
@@ -61,7 +61,7 @@ def test_the_end_of_input_is_a_quiet_exit():
 
 def test_a_started_standby_that_is_not_asked_exits_without_building(tmp_path, monkeypatch):
     # As the plugin starts it: through detconf.child, in the run's working folder.
-    from plugin.standby import Standby
+    from detconf.plugin.standby import Standby
 
     monkeypatch.chdir(tmp_path)
     started = Standby.start()
@@ -71,7 +71,7 @@ def test_a_started_standby_that_is_not_asked_exits_without_building(tmp_path, mo
 
 
 def test_a_started_standby_answers_a_request_with_paths_relative_to_the_runs_folder(tmp_path, monkeypatch):
-    from plugin.standby import Standby
+    from detconf.plugin.standby import Standby
 
     _results(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -163,7 +163,7 @@ def test_no_standby_where_nothing_will_be_built(tmp_path, option, standby):
 
 def test_the_report_modules_the_plugin_imports_need_no_pandas():
     code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
-            "import reports.safe, reports.standby, detconf.vocabulary\n"
+            "import detconf.reports.safe, detconf.reports.standby, detconf.vocabulary\n"
             "print(sorted(m for m in ('pandas', 'pyarrow', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from engine import strategies as S
+from detconf.engine import strategies as S
 
 FAST = settings(max_examples=25, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -7,12 +7,12 @@ import pytest
 import torch
 from hypothesis import settings
 
-from conformance import harness, profiles
-from conformance.catalog import snapshot_entries
-from conformance.plan import Case
-from engine import strategies
-from engine.devices import backends
-from engine.strategies import STRESS_BYTES_PER_ELEMENT, STRESS_MIN_NUMEL, STRESS_NUMEL, stress_scale
+from detconf.conformance import harness, profiles
+from detconf.conformance.catalog import snapshot_entries
+from detconf.conformance.plan import Case
+from detconf.engine import strategies
+from detconf.engine.devices import backends
+from detconf.engine.strategies import STRESS_BYTES_PER_ELEMENT, STRESS_MIN_NUMEL, STRESS_NUMEL, stress_scale
 from tests.emulated_gpu import emulated_cuda
 
 DOCS = {e.id: e for e in snapshot_entries("2.11.0")}

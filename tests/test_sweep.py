@@ -17,12 +17,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance import recipes_sweep, sweep
-from engine import docspec
-import conformance.registry  # noqa: F401  (registers the recipes)
-from engine.entry import CatalogError, Entry
-from engine.program import Program, RecipeSkipped, recipe_for
-from engine.runner import DETERMINISM_ALERT, observe
+from detconf.conformance import recipes_sweep, sweep
+from detconf.engine import docspec
+import detconf.conformance.registry  # noqa: F401  (registers the recipes)
+from detconf.engine.entry import CatalogError, Entry
+from detconf.engine.program import Program, RecipeSkipped, recipe_for
+from detconf.engine.runner import DETERMINISM_ALERT, observe
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = torch.device("cpu")
@@ -389,8 +389,8 @@ def test_loading_the_op_database_keeps_the_chosen_hypothesis_profile(profile, ma
     if ci_env:
         env["CI"] = ci_env
 
-    code = (f"from conformance import profiles; profiles.load({profile!r})\n"
-            "from conformance.sweep import load_op_db; load_op_db()\n"
+    code = (f"from detconf.conformance import profiles; profiles.load({profile!r})\n"
+            "from detconf.conformance.sweep import load_op_db; load_op_db()\n"
             "from hypothesis import settings; s = settings()\n"
             "print(settings._current_profile, s.max_examples, s.derandomize)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)

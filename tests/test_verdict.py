@@ -1,9 +1,9 @@
 """expected_outcome and verdict_for implement GUIDE.md §3, row by row."""
 import pytest
 
-from engine.entry import Entry
-from engine.observation import Observation
-from engine.verdict import expected_outcome, verdict_for, worst
+from detconf.engine.entry import Entry
+from detconf.engine.observation import Observation
+from detconf.engine.verdict import expected_outcome, verdict_for, worst
 
 
 def entry(promise, devices=()):
@@ -105,7 +105,7 @@ def test_vendor_entries_get_the_general_contract_off_their_device():
 
 def test_strided_one_element_output_compares():
     import torch
-    from engine.runner import as_bytes
+    from detconf.engine.runner import as_bytes
 
     t = torch.zeros(2)[::2]
     assert as_bytes(t).numel() == 4
@@ -197,7 +197,7 @@ def test_observation_evidence_is_plain_json_without_harness_flags():
 
 # -- one decision per example, one expectation per case ----------------------------------------
 def test_a_conforming_example_whose_reference_disagrees_is_wrong_result():
-    from engine.verdict import with_differential
+    from detconf.engine.verdict import with_differential
 
     assert with_differential("conforms", "vs CPU reference: out differs") == "wrong-result"
     assert with_differential("conforms", None) == "conforms"
@@ -209,10 +209,10 @@ def test_a_conforming_example_whose_reference_disagrees_is_wrong_result():
 def _judge_counting(monkeypatch, op, expected=None):
     from hypothesis import settings
 
-    from conformance import harness
-    from conformance.plan import Case
-    from engine import verdict
-    from engine.devices import backend_for
+    from detconf.conformance import harness
+    from detconf.conformance.plan import Case
+    from detconf.engine import verdict
+    from detconf.engine.devices import backend_for
     from tests.planted import planted_entry
 
     calls = []
@@ -235,8 +235,8 @@ def test_the_verdict_is_decided_once_per_example(monkeypatch):
 def test_a_case_carries_its_expectation_and_the_harness_judges_by_it(monkeypatch):
     import json
 
-    from conformance.plan import Case
-    from engine import verdict
+    from detconf.conformance.plan import Case
+    from detconf.engine import verdict
     from tests.planted import planted_entry
 
     case = Case(planted_entry("planted.deterministic", "deterministic"), "cpu", "error")

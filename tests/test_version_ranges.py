@@ -21,9 +21,9 @@ import pytest
 import torch
 from packaging.version import Version
 
-from conformance.catalog import TORCH_DOCS, data_file, doc_versions, load_catalog, read_entries_file
-from conformance.plan import Case, not_applicable, plan
-from engine.entry import CatalogError, Entry
+from detconf.conformance.catalog import TORCH_DOCS, data_file, doc_versions, load_catalog, read_entries_file
+from detconf.conformance.plan import Case, not_applicable, plan
+from detconf.engine.entry import CatalogError, Entry
 
 ROOT = Path(__file__).resolve().parents[1]
 CUBLAS_SENTENCE = "will be raised from these operations when called with CUDA tensors"
@@ -189,7 +189,7 @@ def cublas_run(tmp_path_factory):
 
 
 def test_a_run_writes_a_valid_skipped_row_for_each_cell_that_does_not_apply(cublas_run):
-    from reports.load import load
+    from detconf.reports.load import load
 
     out, results = cublas_run
     assert out.returncode == 0, out.stdout[-3000:]
@@ -213,7 +213,7 @@ def test_a_run_writes_a_valid_skipped_row_for_each_cell_that_does_not_apply(cubl
 
 
 def test_certification_accepts_the_cells_that_do_not_apply(cublas_run, tmp_path):
-    from reports.verify import verify
+    from detconf.reports.verify import verify
 
     out, results = cublas_run
     assert out.returncode == 0, out.stdout[-3000:]
@@ -223,7 +223,7 @@ def test_certification_accepts_the_cells_that_do_not_apply(cublas_run, tmp_path)
     records[0]["env"]["sources"] = "all"
     copy = tmp_path / "results.jsonl"
     copy.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
-    made = subprocess.run([sys.executable, "-m", "reports", "certify", str(copy), "--out", str(tmp_path / "pkg"),
+    made = subprocess.run([sys.executable, "-m", "detconf.reports", "certify", str(copy), "--out", str(tmp_path / "pkg"),
                            "--product", "x86-64 CPU", "--vendor", "Example Inc."],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stdout + made.stderr
@@ -251,7 +251,7 @@ def test_with_doc_version_the_run_judges_that_releases_promises(tmp_path):
     ("2.10", "2.13.0", False), (None, "2.13.0", False), ("<2.10", "", False), ("<2.10", "not-a-version", False),
 ])
 def test_verify_takes_a_torch_skip_only_where_the_range_leaves_out_the_torch_under_test(needs_torch, judged, accepted):
-    from reports.verify import _not_applicable, _torch_under_test
+    from detconf.reports.verify import _not_applicable, _torch_under_test
 
     row = {"verdict": "skipped", "device": "cuda", "detail": {"reason": "r", "needs_torch": needs_torch}}
     assert _not_applicable(row, judged) is accepted

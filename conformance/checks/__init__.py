@@ -15,7 +15,7 @@ one ``@check`` per entry (modules below). Where to find a check:
 """
 from __future__ import annotations
 
-from conformance.catalog import data_file, load_check_entries
+from detconf.conformance.catalog import data_file, load_check_entries
 
 from . import cuda_env, dataloader, flag_api, inductor, seeds, uninitialized_memory  # noqa: F401  (register checks)
 from ._support import FLAG_API, REPRO_NOTES

@@ -9,8 +9,8 @@ import warnings
 
 import torch
 
-from engine.checks import CheckSkipped
-from engine.devices import backend_for
+from detconf.engine.checks import CheckSkipped
+from detconf.engine.devices import backend_for
 
 FLAG_API = "flag-api"
 REPRO_NOTES = "repro-notes"

@@ -21,13 +21,13 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from engine.checks import CheckObservation, check
+from detconf.engine.checks import CheckObservation, check
 
 from detconf.child import child_env, run_in_child
-from engine.determinism import apply_mode as enter_mode
-from engine.determinism import mode_is_on, preserved_global_state, set_cudnn
+from detconf.engine.determinism import apply_mode as enter_mode
+from detconf.engine.determinism import mode_is_on, preserved_global_state, set_cudnn
 
-from engine.fingerprint import tensor_bytes
+from detconf.engine.fingerprint import tensor_bytes
 
 from ._support import REPRO_NOTES, require_cuda, synchronize
 
@@ -64,7 +64,7 @@ def _cublas_check(config: str, op: str):
         if device.index is not None:
             visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
             env["CUDA_VISIBLE_DEVICES"] = visible[device.index] if device.index < len(visible) else str(device.index)
-        result = run_in_child("conformance.children:cublas_runs", payload, env=env, timeout=300,
+        result = run_in_child("detconf.conformance.children:cublas_runs", payload, env=env, timeout=300,
                               what=f"{CUBLAS_VAR}={value!r} {op}")
         return _cublas_verdict(config, mode, value, payload, result)
 

@@ -17,10 +17,10 @@ import torch
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
-from engine.checks import CheckObservation, check
+from detconf.engine.checks import CheckObservation, check
 
-from engine.determinism import apply_mode as enter_mode
-from engine.determinism import preserved_global_state
+from detconf.engine.determinism import apply_mode as enter_mode
+from detconf.engine.determinism import preserved_global_state
 
 from ._support import REPRO_NOTES
 

@@ -18,10 +18,10 @@ import torch
 from hypothesis import strategies as st
 
 from detconf.vocabulary import MODE_FLAGS, debug_level
-from engine.checks import CheckObservation, CheckUnsupported, check
-from engine.determinism import apply_mode as enter_mode
-from engine.determinism import preserved_global_state
-from engine.runner import UNSUPPORTED
+from detconf.engine.checks import CheckObservation, CheckUnsupported, check
+from detconf.engine.determinism import apply_mode as enter_mode
+from detconf.engine.determinism import preserved_global_state
+from detconf.engine.runner import UNSUPPORTED
 
 from ._support import FLAG_API, NONDETERMINISTIC_ALERT
 

@@ -35,13 +35,13 @@ import torch
 from hypothesis import strategies as st
 
 from detconf.vocabulary import MODE_CALLS
-from engine.checks import CheckObservation, CheckSkipped, CheckUnsupported, check
-from engine.compiled import CompileSnapshot, Compiler, compile_unavailable, is_compile_failure
-from engine.determinism import apply_mode as enter_mode
-from engine.determinism import mode_is_on, preserved_global_state
-from engine.devices import inductor_codegen
+from detconf.engine.checks import CheckObservation, CheckSkipped, CheckUnsupported, check
+from detconf.engine.compiled import CompileSnapshot, Compiler, compile_unavailable, is_compile_failure
+from detconf.engine.determinism import apply_mode as enter_mode
+from detconf.engine.determinism import mode_is_on, preserved_global_state
+from detconf.engine.devices import inductor_codegen
 
-from engine.fingerprint import tensor_bytes
+from detconf.engine.fingerprint import tensor_bytes
 
 from ._support import NONDETERMINISTIC_ALERT, REPRO_NOTES, synchronize
 

@@ -17,14 +17,14 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from engine.checks import CheckObservation, CheckSkipped, check
+from detconf.engine.checks import CheckObservation, CheckSkipped, check
 
-from conformance import rng_ops as _rng_ops
-from conformance.rng_ops import RNG_OPS
+from detconf.conformance import rng_ops as _rng_ops
+from detconf.conformance.rng_ops import RNG_OPS
 from detconf.child import child_env, finish_child, start_child
-from engine.determinism import apply_mode as enter_mode
-from engine.determinism import preserved_global_state
-from engine.devices import backend_for
+from detconf.engine.determinism import apply_mode as enter_mode
+from detconf.engine.determinism import preserved_global_state
+from detconf.engine.devices import backend_for
 
 from ._support import REPRO_NOTES
 
@@ -136,7 +136,7 @@ def manual_seed_repeats_across_processes(draw, entry, device: torch.device, mode
     backend = backend_for(device.type)
     env = child_env(dict(backend.environment) if backend is not None and backend.environment else None)
     # The two children run side by side: one interpreter start-up of wall time.
-    procs = [start_child("conformance.children:seeded_ops", payload, env=env) for _ in range(2)]
+    procs = [start_child("detconf.conformance.children:seeded_ops", payload, env=env) for _ in range(2)]
     results = [finish_child(p, timeout=180, what="manual_seed in a fresh process") for p in procs]
     differing = sorted(k for k in results[0] if results[0][k] != results[1].get(k))
     judged = [k for k in differing if not _informational(k, device, mode)]

@@ -15,13 +15,13 @@ from typing import Any, Callable
 import torch
 from hypothesis import strategies as st
 
-from engine.checks import CheckObservation, CheckUnsupported, check
+from detconf.engine.checks import CheckObservation, CheckUnsupported, check
 from detconf.child import run_in_child
-from engine.determinism import apply_mode as enter_mode
-from engine.determinism import mode_is_on, preserved_global_state
-from engine.runner import UNSUPPORTED
+from detconf.engine.determinism import apply_mode as enter_mode
+from detconf.engine.determinism import mode_is_on, preserved_global_state
+from detconf.engine.runner import UNSUPPORTED
 
-from engine.fingerprint import flat_host_copy
+from detconf.engine.fingerprint import flat_host_copy
 
 from ._support import REPRO_NOTES, dtype_supported, preview
 
@@ -207,7 +207,7 @@ def fill_flag_defaults_to_true(draw, entry, device: torch.device, mode: str) -> 
     # "torch.utils.deterministic.fill_uninitialized_memory is set to True by
     # default": only a fresh process shows the default, whatever this one did.
     numel = draw(st.integers(1, 64), label="probe numel")
-    result = run_in_child("conformance.children:default_fill", {"numel": numel}, timeout=120,
+    result = run_in_child("detconf.conformance.children:default_fill", {"numel": numel}, timeout=120,
                           what="fill_uninitialized_memory default")
     default = result["default"]
     return CheckObservation(

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from engine.devices import Backend, VendorProfile
+from detconf.engine.devices import Backend, VendorProfile
 
 MODEL = "Fakedev FD-2 (CPU-backed)"
 COUNT = 2

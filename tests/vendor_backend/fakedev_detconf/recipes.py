@@ -1,8 +1,8 @@
 """Recipes for the fakedev list's own operations (torch.cumsum has one in detconf already)."""
 import torch
 
-from conformance.kit import Example
-from engine.program import recipe
+from detconf.conformance.kit import Example
+from detconf.engine.program import recipe
 
 
 def scaled_sum_op(x, *, scale, dim):

@@ -1,8 +1,9 @@
 """The installed pytest plugin (entry point ``pytest11``: ``detconf``).
 
-detconf's plugin is the :mod:`plugin` package, which the suite root's ``conftest.py`` hands to
-pytest. Run from a checkout, pytest loads that file itself; installed (``pip install .``), the
-packages go to site-packages and this module loads the installed copy of it instead. Either way
+detconf's plugin is the :mod:`detconf.plugin` package, which the suite root's ``conftest.py``
+hands to pytest. Run from a checkout, pytest loads that file itself; installed (``pip install .``),
+the packages go to ``site-packages/detconf/`` and this module loads the installed copy of it
+(``detconf/_suite/conftest.py``) instead. Either way
 it loads once: this module steps aside when pytest has already loaded a ``conftest.py`` that is
 detconf's plugin (it says so with ``DETCONF_SUITE_PLUGIN``), e.g. ``python -m pytest conformance``
 in a checkout with detconf also installed.
@@ -16,14 +17,14 @@ from pathlib import Path
 import pytest
 
 #: The name the installed suite's plugin module gets in ``sys.modules``.
-MODULE = "detconf_suite.conftest"
+MODULE = "detconf._suite.conftest"
 PLUGIN_NAME = "detconf-suite"
 
 
 def suite_conftest() -> Path | None:
-    """The suite's ``conftest.py``: beside the ``conformance`` package (a checkout, an editable
-    install) or in the installed ``detconf_suite`` folder."""
-    for package, up in (("conformance", 2), ("detconf_suite", 1)):
+    """The suite's ``conftest.py``: beside the ``conformance`` folder (a checkout, an editable
+    install) or in the installed ``detconf/_suite`` folder."""
+    for package, up in (("detconf.conformance", 2), ("detconf._suite", 1)):
         try:
             spec = importlib.util.find_spec(package)
         except (ImportError, ValueError):
