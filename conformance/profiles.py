@@ -18,14 +18,9 @@ from typing import Iterator
 
 from hypothesis import settings
 
-PROFILES = {
-    # derandomize is spelled out: under a CI environment variable Hypothesis's own
-    # default turns it on, and "dev"/"thorough" promise fresh examples every run.
-    "dev": dict(max_examples=10, derandomize=False, deadline=None),
-    "ci": dict(max_examples=6, derandomize=True, database=None, deadline=None, print_blob=True),
-    "thorough": dict(max_examples=100, derandomize=False, deadline=None),
-    "stress": dict(max_examples=2, derandomize=True, database=None, deadline=None, print_blob=True),
-}
+from detconf.vocabulary import HYPOTHESIS_PROFILES
+
+PROFILES = {name: dict(kwargs) for name, kwargs in HYPOTHESIS_PROFILES.items()}
 SCALE_FOR_PROFILE = {"dev": "small", "ci": "small", "thorough": "large", "stress": "stress"}
 
 def register() -> None:

@@ -144,3 +144,20 @@ def is_passing(verdict: str) -> bool:
 
 def meaning(verdict: str) -> str:
     return VERDICTS[verdict][1]
+
+
+#: The suite's Hypothesis profiles (``--hypothesis-profile``), as settings keyword arguments:
+#: :mod:`detconf.conformance.profiles` registers them; a run records the settings in effect and a
+#: certification accepts only a derandomized profile whose settings are these (docs/certify.md).
+HYPOTHESIS_PROFILES: dict[str, dict] = {
+    # derandomize is spelled out: under a CI environment variable Hypothesis's own
+    # default turns it on, and "dev"/"thorough" promise fresh examples every run.
+    "dev": {"max_examples": 10, "derandomize": False, "deadline": None},
+    "ci": {"max_examples": 6, "derandomize": True, "database": None, "deadline": None, "print_blob": True},
+    "thorough": {"max_examples": 100, "derandomize": False, "deadline": None},
+    "stress": {"max_examples": 2, "derandomize": True, "database": None, "deadline": None, "print_blob": True},
+}
+
+#: The distributions whose pytest plugins a certified run may load without the statement naming
+#: them (``certify --allow-plugin``): pytest, its xdist, Hypothesis and detconf itself.
+KNOWN_PLUGIN_DISTRIBUTIONS = ("pytest", "pytest-xdist", "hypothesis", "detconf")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import types
 
 import pytest
 
@@ -46,7 +47,9 @@ def environment(config: pytest.Config) -> dict:
         "shard": None if shard is None else "{}/{}".format(*shard),
         "hypothesis_profile": settings._current_profile,
         "hypothesis_seed": config.getoption("hypothesis_seed", None),
+        "hypothesis_settings": hypothesis_settings(settings()),
         "doc_version": config.getoption("--doc-version"),
+        "complements": not config.getoption("--no-complements"),
         "sources": config.getoption("--source") or "all",
         "modes": config.getoption("--mode") or list(DEFAULT_MODES),
         "compile": compilers(config),
@@ -56,12 +59,80 @@ def environment(config: pytest.Config) -> dict:
         "torch_threads": torch.get_num_threads(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "argv": list(config.invocation_params.args),
+        # What the run loaded besides the suite: every pytest plugin and every conftest.py file.
+        "plugins": loaded_plugins(config),
+        "conftest_files": conftest_files(config),
         "devices": devices,
         # The float32 math mode of each device at the start (TF32, fp32_precision, ...): what a
         # comparison with another device must allow for. A backend's own answer wins.
         "math_mode": {b.name: mathmode.describe(b.name, precision=getattr(b, "math_precision", None))
                       for b in config._detconf_backends},
     }
+
+
+def hypothesis_settings(current) -> dict:
+    """The Hypothesis settings in effect (JSON-safe), field by field as the suite's profiles
+    (:data:`detconf.vocabulary.HYPOTHESIS_PROFILES`) name them: a profile re-registered under the
+    same name shows here, not in its name."""
+    deadline = current.deadline
+    return {"max_examples": current.max_examples, "derandomize": current.derandomize,
+            "database": None if current.database is None else type(current.database).__name__,
+            "deadline": None if deadline is None else deadline.total_seconds() * 1000,
+            "print_blob": current.print_blob}
+
+
+def _distribution_of(module_name: str) -> tuple[str | None, str | None]:
+    from importlib import metadata
+
+    top = module_name.split(".")[0]
+    try:
+        names = metadata.packages_distributions().get(top) or []
+        return (names[0], metadata.version(names[0])) if names else (None, None)
+    except Exception:  # noqa: BLE001 - broken metadata: the module is still named
+        return None, None
+
+
+def loaded_plugins(config: pytest.Config) -> list[dict]:
+    """Every pytest plugin this process registered that is not pytest's own nor a conftest file
+    (:func:`conftest_files`): entry points, ``-p NAME`` (``PYTEST_ADDOPTS`` included) and
+    ``pytest_plugins`` modules, with the distribution that provides each and its version."""
+    manager = config.pluginmanager
+    found: dict[str, dict] = {}
+    for name, plugin in manager.list_name_plugin():
+        if plugin is None:  # blocked (-p no:NAME)
+            continue
+        # A module, or a class or object a plugin registered (xdist's session, pytest's own).
+        module = plugin.__name__ if isinstance(plugin, types.ModuleType) else getattr(plugin, "__module__", None)
+        if not isinstance(module, str) or module.startswith("_pytest.") or module in ("pytest", "__main__"):
+            continue
+        if (getattr(plugin, "__file__", "") or "").endswith("conftest.py") and module != "detconf._suite.conftest":
+            continue
+        dist, version = _distribution_of(module)
+        found.setdefault(module, {"module": module, "name": str(name), "distribution": dist, "version": version})
+    return [found[k] for k in sorted(found)]
+
+
+def conftest_files(config: pytest.Config) -> list[dict]:
+    """The ``conftest.py`` files pytest loads for the suite: the suite root's, every one under the
+    suite's test folder (pytest loads them as it collects, after this record is written), and,
+    where no ``pytest.ini`` stops pytest at the suite root, those of the folders above it. Each
+    with its path (relative to the suite root where inside it) and SHA-256."""
+    from pathlib import Path
+
+    from detconf.revision import file_digest
+
+    paths = [ROOT / "conftest.py", ROOT / "_suite" / "conftest.py", *sorted((ROOT / "conformance").rglob("conftest.py"))]
+    if not (ROOT / "pytest.ini").is_file():
+        paths += [parent / "conftest.py" for parent in Path(ROOT).resolve().parents]
+    found = []
+    for path in dict.fromkeys(paths):
+        if path.is_file():
+            try:
+                where = path.relative_to(ROOT).as_posix()
+            except ValueError:
+                where = str(path)
+            found.append({"path": where, "sha256": file_digest(path)})
+    return found
 
 
 def _compiler_versions() -> dict:

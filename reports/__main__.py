@@ -45,6 +45,9 @@ def _parser():
     p_cert.add_argument("--out", required=True, help="the package folder to create (must not exist)")
     p_cert.add_argument("--product", required=True, help="the product certified (e.g. the accelerator's name)")
     p_cert.add_argument("--vendor", required=True, help="who submits it")
+    p_cert.add_argument("--allow-plugin", action="append", default=[], metavar="DIST",
+                        help="a distribution whose pytest plugin the runs may load (a vendor's backend plugin); "
+                             "repeatable; named in the statement")
     p_cert.add_argument("--log", action="append", default=[], metavar="FILE",
                         help="a log of the runs to include (repeatable), e.g. pytest's output")
 
@@ -114,7 +117,8 @@ def _run(argv: list[str]) -> int:
         from detconf.reports.certify import certify
         from detconf.reports.verify import verify
 
-        pkg = certify(args.results, args.out, product=args.product, vendor=args.vendor, logs=args.log)
+        pkg = certify(args.results, args.out, product=args.product, vendor=args.vendor, logs=args.log,
+                      allow_plugins=args.allow_plugin)
         code, lines = verify(str(pkg))
         emit(terminal("\n".join([f"wrote certification package {pkg}"] + lines)))
         return code

@@ -82,7 +82,8 @@ def read_runs(paths: list[Path]) -> tuple[list[dict], list[dict], dict[str, dict
             elif kind == "end":
                 ends[rec["run_id"]] = rec
             elif kind == "result":
-                rows.append(dict(rec, _file=index))
+                # A row after its run's end record: nothing the run wrote (verify refuses it).
+                rows.append(dict(rec, _file=index, **({"_after_end": True} if rec.get("run_id") in ends else {})))
     return runs, rows, ends
 
 
@@ -250,8 +251,10 @@ def _safe_name(index: int, path: Path) -> str:
 # ----------------------------------------------------------------------------- certify
 
 def certify(paths: list[str], out: str, *, product: str, vendor: str, logs: Iterable[str] = (),
-            findings_file: Path = FINDINGS_FILE, date: str | None = None) -> Path:
-    """Build a certification package from results files into the new folder ``out``."""
+            findings_file: Path = FINDINGS_FILE, date: str | None = None, allow_plugins: Iterable[str] = ()) -> Path:
+    """Build a certification package from results files into the new folder ``out``.
+    ``allow_plugins``: distributions whose pytest plugins the runs may load besides the known ones
+    (a vendor's own backend plugin), named in the statement."""
     for what, value in (("--product", product), ("--vendor", vendor)):
         if not value or not value.strip():
             raise CertifyError(f"certify needs {what} (the {what[2:]} being certified)")
@@ -279,8 +282,12 @@ def certify(paths: list[str], out: str, *, product: str, vendor: str, logs: Iter
     else:
         findings = read_findings(findings_file) if os.path.lexists(findings_file) else []
     waivers = waivers_for(rows, findings)
+    allowed = sorted({a.strip() for a in allow_plugins})
+    if any(not a or any(c.isspace() for c in a) for a in allowed):
+        raise CertifyError("--allow-plugin takes a distribution name (e.g. mydev-detconf)")
     statement = {"format": FORMAT, "product": product.strip(), "vendor": vendor.strip(),
                  "date": date or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                 "allowed_plugins": allowed,
                  **facts(runs, rows, must_pass, waivers, results.digest())}
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from detconf.findings_rule import torch_in, torch_range
 from detconf.vocabulary import FAILING
-from detconf.vocabulary import DEFAULT_COMPILERS, DEFAULT_MODES, DEFAULT_SOURCES
+from detconf.vocabulary import (DEFAULT_COMPILERS, DEFAULT_MODES, DEFAULT_SOURCES, HYPOTHESIS_PROFILES,
+                                KNOWN_PLUGIN_DISTRIBUTIONS)
 from detconf.reports.certify import (
     ALLOWED, ENV_REQUIRED, ENVIRONMENT, FINDINGS, FINDINGS_FILE, FINDINGS_IN_REPO, FORMAT, FORMATS, GIVEN, MUST_PASS,
     ROOT, STATEMENT, SUMS, WAIVERS, CertifyError, _finding_matches, cell_name, cell_of, environment_of, facts,
@@ -30,6 +31,8 @@ _SUM_LINE = re.compile(r"([0-9a-f]{64})  (\S(?:.*\S)?)")
 #: The files certify writes besides the results and logs the statement names.
 _OWN_FILES = (STATEMENT, MUST_PASS, ENVIRONMENT, WAIVERS, FINDINGS)
 #: Options that select part of a plan, as an old run record's argv shows them.
+#: The conftest.py files of the suite itself: the root's in a checkout, the installed copy.
+_SUITE_CONFTESTS = ("conftest.py", "_suite/conftest.py")
 _SELECTING = ("-k", "-m", "--lf", "--last-failed", "--deselect", "--sw", "--stepwise")
 
 
@@ -148,6 +151,63 @@ class _Check:
                     self.problem(f"run {run['run_id']}: it left out the default {what}(s) {', '.join(left_out)} "
                                  f"(it ran {_short(chosen)}); a certification covers at least "
                                  f"{', '.join(default)}")
+
+    # -- what the runs loaded
+    def loaded(self, runs: list[dict], rows: list[dict], statement) -> None:
+        """Nothing but the certified suite decided the rows: the suite's own derandomized profile
+        with its own settings, the docs of the torch under test, the condition complements, no
+        conftest.py but the suite's, no pytest plugin but the known ones and those the statement
+        allows, no row after its run's end record."""
+        allowed = set(KNOWN_PLUGIN_DISTRIBUTIONS)
+        named = statement.get("allowed_plugins") if isinstance(statement, dict) else None
+        if isinstance(named, list):
+            allowed |= {a for a in named if isinstance(a, str)}
+        for run in runs:
+            env, rid = run.get("env") or {}, run["run_id"]
+            missing = [k for k in ("plugins", "conftest_files", "hypothesis_settings", "complements") if k not in env]
+            if missing:
+                self.problem(f"run {rid}: it does not record what it loaded ({', '.join(missing)}; results written "
+                             "before the run record said): run the suite again to certify")
+                continue
+            profile = env.get("hypothesis_profile")
+            defined = HYPOTHESIS_PROFILES.get(profile) if isinstance(profile, str) else None
+            if defined is None:
+                self.problem(f"run {rid}: Hypothesis profile {_short(profile)} is not one of the suite's "
+                             f"({', '.join(HYPOTHESIS_PROFILES)})")
+            elif not defined.get("derandomize"):
+                self.problem(f"run {rid}: Hypothesis profile {profile!r} draws random examples nobody can draw "
+                             "again; certify a derandomized profile (ci or stress)")
+            else:
+                effective = env.get("hypothesis_settings") if isinstance(env.get("hypothesis_settings"), dict) else {}
+                differ = [f"{k} {_short(effective.get(k))} (defined {_short(v)})" for k, v in defined.items()
+                          if effective.get(k) != v]
+                if differ:
+                    self.problem(f"run {rid}: the settings in effect are not profile {profile!r}'s: {'; '.join(differ)}")
+            doc, torch_version = env.get("doc_version"), str(env.get("torch_version") or "")
+            if doc not in (None, "", "installed") and str(doc) != torch_version.split("+")[0]:
+                self.problem(f"run {rid}: it judged torch {_short(torch_version)} against the docs of {_short(doc)} "
+                             "(--doc-version); certify against the docs of the torch under test")
+            if env.get("complements") is not True:
+                self.problem(f"run {rid}: it left out the condition complements (--no-complements); a certification "
+                             "covers them")
+            for item in env.get("conftest_files") or []:
+                path = item.get("path") if isinstance(item, dict) else None
+                if path not in _SUITE_CONFTESTS:
+                    self.problem(f"run {rid}: it loaded a conftest.py that is not the suite's: {_short(path)}")
+            for item in env.get("plugins") or []:
+                if not isinstance(item, dict):
+                    self.problem(f"run {rid}: a plugin of the record is not an object")
+                    continue
+                module, dist = str(item.get("module") or ""), item.get("distribution")
+                if module.startswith("detconf.") or module == "conftest" or dist in allowed:
+                    continue
+                self.problem(f"run {rid}: it loaded the pytest plugin {_short(module)} "
+                             f"({_short(dist or 'no distribution')}"
+                             f"{' ' + str(item.get('version')) if item.get('version') else ''}), which the statement "
+                             "does not allow (certify --allow-plugin DIST)")
+        after = Counter(r.get("run_id") for r in rows if r.get("_after_end"))
+        for rid, count in sorted(after.items(), key=lambda kv: str(kv[0])):
+            self.problem(f"run {rid}: {count} row(s) after its end record")
 
     # -- the known findings of the package
     def findings(self, runs: list[dict]) -> None:
@@ -381,6 +441,7 @@ def verify(pkg_path: str) -> tuple[int, list[str]]:
         else:
             runs, rows, ends = read_runs(paths)
             check.plan(runs)
+            check.loaded(runs, rows, statement)
             check.findings(runs)
             check.revision(runs)
             waivers = check.waivers(check.json(WAIVERS), runs, rows)

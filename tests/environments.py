@@ -41,3 +41,14 @@ def wheel_building_missing() -> str | None:
         return ("setuptools has no bdist_wheel (setuptools < 70.1 without the wheel distribution): "
                 "pip cannot build a wheel without build isolation, offline")
     return None
+
+
+def allow_this_machines_plugins(run: dict) -> list[str]:
+    """``certify --allow-plugin DIST`` for every pytest plugin distribution a run record shows
+    besides the known ones (a machine with pytest-benchmark installed, say): the tests certify
+    runs of this machine as a vendor allows its own backend's plugin."""
+    from detconf.vocabulary import KNOWN_PLUGIN_DISTRIBUTIONS
+
+    foreign = sorted({p["distribution"] for p in run["env"]["plugins"] if p["distribution"]
+                      and p["distribution"] not in KNOWN_PLUGIN_DISTRIBUTIONS and not p["module"].startswith("detconf.")})
+    return [arg for dist in foreign for arg in ("--allow-plugin", dist)]

@@ -13,6 +13,7 @@ import pytest
 
 from detconf.reports.certify import SUMS, write_sums
 from detconf.reports.verify import verify
+from tests.environments import allow_this_machines_plugins
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A small real run: the flag API's and the notes' debug-mode entries on CPU; one of them is a
@@ -77,7 +78,8 @@ def package(tmp_path_factory) -> Path:
     results.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
     (folder / "pytest.log").write_text(out.stdout)
     made = _reports("certify", str(results), "--out", str(folder / "pkg"), "--product", "x86-64 CPU",
-                    "--vendor", "Example Inc.", "--log", str(folder / "pytest.log"))
+                    "--vendor", "Example Inc.", "--log", str(folder / "pytest.log"),
+                    *allow_this_machines_plugins(lines[0]))
     assert made.returncode == 0, made.stdout + made.stderr
     assert "verified:" in made.stdout
     return folder / "pkg"
@@ -247,6 +249,97 @@ def test_a_dirty_or_unknown_revision_is_refused(pkg, change, needle):
     _rewrite_results(pkg, edit)
     write_sums(pkg)
     _refused(pkg, needle)
+
+
+def test_the_run_record_names_what_the_run_loaded(package):
+    run = json.loads(next((package / "results").iterdir()).read_text().splitlines()[0])
+    env = run["env"]
+    assert env["hypothesis_settings"] == {"max_examples": 6, "derandomize": True, "database": None, "deadline": None,
+                                          "print_blob": True}
+    assert env["complements"] is True
+    assert env["conftest_files"][0]["path"] == "conftest.py" and len(env["conftest_files"][0]["sha256"]) == 64
+    modules = {p["module"]: p for p in env["plugins"]}
+    assert modules["xdist.plugin"]["distribution"] == "pytest-xdist" and modules["xdist.plugin"]["version"]
+    assert modules["_hypothesis_pytestplugin"]["distribution"] == "hypothesis"
+
+
+_FOREIGN_PLUGIN = {"module": "evil_plugin", "name": "evil_plugin", "distribution": "evil-dist", "version": "6.6"}
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"hypothesis_profile": "dev"}, "Hypothesis profile 'dev' draws random examples"),
+    ({"hypothesis_profile": "mine"}, "Hypothesis profile 'mine' is not one of the suite's"),
+    ({"hypothesis_settings": {"max_examples": 1, "derandomize": True, "database": None, "deadline": None,
+                              "print_blob": True}}, "not profile 'ci''s: max_examples 1 (defined 6)"),
+    ({"doc_version": "2.11.0"}, "against the docs of '2.11.0' (--doc-version)"),
+    ({"complements": False}, "left out the condition complements"),
+    ({"conftest_files": [{"path": "conftest.py", "sha256": "0" * 64},
+                         {"path": "conformance/conftest.py", "sha256": "1" * 64}]},
+     "loaded a conftest.py that is not the suite's: 'conformance/conftest.py'"),
+    ({"plugins": [_FOREIGN_PLUGIN]}, "loaded the pytest plugin 'evil_plugin' ('evil-dist' 6.6), which the statement"),
+    ({"plugins": None}, "does not record what it loaded (plugins"),
+])
+def test_a_run_that_loaded_or_chose_what_the_suite_does_not_define_is_refused(pkg, change, needle):
+    def edit(rs):
+        for key, value in change.items():
+            if value is None:
+                del rs[0]["env"][key]
+            else:
+                rs[0]["env"][key] = value
+        return rs
+    _rewrite_results(pkg, edit)
+    write_sums(pkg)
+    _refused(pkg, needle)
+
+
+def test_a_plugin_the_statement_allows_is_accepted_and_named(pkg):
+    def edit(rs):
+        rs[0]["env"]["plugins"] = rs[0]["env"]["plugins"] + [_FOREIGN_PLUGIN]
+        return rs
+    _rewrite_results(pkg, edit)
+    environment = json.loads((pkg / "environment.json").read_text())
+    environment["runs"][0]["env"]["plugins"].append(_FOREIGN_PLUGIN)
+    (pkg / "environment.json").write_text(json.dumps(environment))
+    statement = json.loads((pkg / "statement.json").read_text())
+    statement["allowed_plugins"] = sorted(statement["allowed_plugins"] + ["evil-dist"])
+    (pkg / "statement.json").write_text(json.dumps(statement))
+    write_sums(pkg)
+    code, lines = verify(str(pkg))
+    assert code == 0, lines
+
+
+def test_a_row_after_the_end_record_is_refused(pkg):
+    def edit(rs):
+        row = next(r for r in rs if r.get("record") == "result")
+        return rs + [dict(row)]
+    _rewrite_results(pkg, edit)
+    write_sums(pkg)
+    _refused(pkg, "1 row(s) after its end record")
+
+
+def test_a_plugin_given_through_pytest_addopts_is_in_the_run_record(tmp_path):
+    (tmp_path / "sneaky_plugin.py").write_text("def pytest_configure(config):\n    pass\n")
+    results = tmp_path / "r.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(PYTEST_ADDOPTS="-p sneaky_plugin", PYTHONPATH=str(tmp_path))
+    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "--source",
+                          "flag-api", "--device", "cpu", "-k", "are_deterministic", "-n", "0", "--no-report-build",
+                          "--results", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    run = json.loads(results.read_text().splitlines()[0])
+    assert {"module": "sneaky_plugin", "name": "sneaky_plugin", "distribution": None, "version": None} in run["env"]["plugins"]
+    assert "sneaky_plugin" not in " ".join(run["env"]["argv"])  # the command line does not show it: the record does
+
+
+def test_a_conftest_file_under_the_suite_is_in_the_run_record(tmp_path, monkeypatch):
+    from detconf.plugin import environment
+
+    (tmp_path / "conftest.py").write_text("# the suite's\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "conformance" / "deep").mkdir(parents=True)
+    (tmp_path / "conformance" / "deep" / "conftest.py").write_text("import hypothesis\n")
+    monkeypatch.setattr(environment, "ROOT", tmp_path)
+    assert [f["path"] for f in environment.conftest_files(None)] == ["conftest.py", "conformance/deep/conftest.py"]
 
 
 @pytest.mark.parametrize("field", ["torch_git", "platform", "hypothesis_profile", "devices"])

@@ -24,6 +24,7 @@ from packaging.version import Version
 from detconf.conformance.catalog import TORCH_DOCS, data_file, doc_versions, load_catalog, read_entries_file
 from detconf.conformance.plan import Case, not_applicable, plan
 from detconf.engine.entry import CatalogError, Entry
+from tests.environments import allow_this_machines_plugins
 
 ROOT = Path(__file__).resolve().parents[1]
 CUBLAS_SENTENCE = "will be raised from these operations when called with CUDA tensors"
@@ -224,7 +225,7 @@ def test_certification_accepts_the_cells_that_do_not_apply(cublas_run, tmp_path)
     copy = tmp_path / "results.jsonl"
     copy.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
     made = subprocess.run([sys.executable, "-m", "detconf.reports", "certify", str(copy), "--out", str(tmp_path / "pkg"),
-                           "--product", "x86-64 CPU", "--vendor", "Example Inc."],
+                           "--product", "x86-64 CPU", "--vendor", "Example Inc.", *allow_this_machines_plugins(records[0])],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stdout + made.stderr
     code, lines = verify(str(tmp_path / "pkg"))
