@@ -74,6 +74,14 @@ def load_findings(path: str | Path | None = None) -> list[Finding]:
         except OSError as exc:  # ELOOP: a loop of links
             raise CatalogError(f"{path}: a symbolic link that cannot be followed ({exc.strerror or exc})") from None
     raw = read_json(path, "known-findings", item="known finding")
+    seen: dict[tuple, int] = {}
+    for k, item in enumerate(raw):
+        key = (item["source"], item["entry_id"], item["verdict"], str(SpecifierSet(item["torch"])),
+               *(tuple(sorted(item.get(f, ()))) for f in ("devices", "modes", "compile", "phases")))
+        if key in seen:
+            raise CatalogError(f"{path}: known finding #{k} ({item['entry_id']!r}) repeats known finding #{seen[key]}: "
+                               "the same cases and verdict, so only the first one's reason would ever be used")
+        seen[key] = k
     return [
         Finding(source=item["source"], entry_id=item["entry_id"], verdict=item["verdict"],
                 torch=SpecifierSet(item["torch"]), why=item["why"], devices=tuple(item.get("devices", ())),

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from detconf.conformance.plan import Case
+from detconf.engine.checks import check_device
+from detconf.engine.program import recipe_device
 
 
 def planned_fields(cases: Iterable[Case], expected_for: Callable[[Case], str] | None = None) -> dict[str, Any]:
@@ -28,7 +30,8 @@ def planned_fields(cases: Iterable[Case], expected_for: Callable[[Case], str] | 
             index[key] = len(entries)
             entries.append({"source": e.source, "doc_version": e.doc_version, "entry_id": e.id, "op": e.op,
                             "sentence": e.sentence, "list_name": e.list_name, "position": e.position,
-                            "promise": e.promise})
+                            "promise": e.promise, "needs_device": needs_device(e.source, e.id, e.op),
+                            "torch": e.torch})
         out_cases.append({"id": case.id, "entry": index[key], "phase": case.phase, "device": case.device,
                           "mode": case.mode, "compile": case.compile, "expected": expected_for(case)})
     return {"planned_entries": entries, "planned_cases": out_cases}
@@ -36,3 +39,10 @@ def planned_fields(cases: Iterable[Case], expected_for: Callable[[Case], str] | 
 
 def _carried(case: Case) -> str:
     return case.expected
+
+
+def needs_device(source: str, entry_id: str, op: str | None) -> str | None:
+    """The only device type an entry's promise is about, as its check or recipe declares it
+    (``check(device=)``, ``recipe(device=)``): a row skipped elsewhere for that reason is not
+    applicable there, and certification takes the plan's word for it, not the row's."""
+    return check_device(source, entry_id) or (recipe_device(op) if op else None)

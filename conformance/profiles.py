@@ -18,7 +18,7 @@ from typing import Iterator
 
 from hypothesis import settings
 
-from detconf.vocabulary import HYPOTHESIS_PROFILES
+from detconf.vocabulary import HYPOTHESIS_PROFILES, base_profile
 
 PROFILES = {name: dict(kwargs) for name, kwargs in HYPOTHESIS_PROFILES.items()}
 SCALE_FOR_PROFILE = {"dev": "small", "ci": "small", "thorough": "large", "stress": "stress"}
@@ -48,6 +48,11 @@ def kept() -> Iterator[None]:
 
 
 def load(name: str) -> None:
+    """Load profile ``name`` and its scale; a name Hypothesis's plugin derived from one of ours
+    (``stress-with-verbose-verbosity``) keeps that profile's scale (the stress tier stays on), and
+    where it is not registered (an isolated child) the profile it stands for is loaded."""
+    if name not in settings._profiles and base_profile(name) in PROFILES:
+        name = base_profile(name)
     settings.load_profile(name)
     try:
         from detconf.engine import strategies
@@ -55,4 +60,4 @@ def load(name: str) -> None:
         return
     set_scale = getattr(strategies, "set_scale", None)
     if set_scale is not None:
-        set_scale(SCALE_FOR_PROFILE.get(name, "small"))
+        set_scale(SCALE_FOR_PROFILE.get(base_profile(name), "small"))

@@ -919,7 +919,7 @@ def npu_linear_op(x, weight, bias):
     return torch_npu.npu_linear(x, weight, bias)
 
 
-@recipe("torch_npu.npu_linear", targets="npu.npu_linear")
+@recipe("torch_npu.npu_linear", targets="npu.npu_linear", device="npu")
 def npu_linear(draw, entry, case, device):
     """``torch_npu.npu_linear(x, weight, bias)``: x (N, in), weight (out, in), bias (out)."""
     _require_torch_npu(entry, device)
@@ -956,7 +956,7 @@ def npu_convolution_op(x, weight, bias, *, stride, padding, dilation, groups):
     return torch_npu.npu_convolution(x, weight, bias, stride, padding, dilation, groups)
 
 
-@recipe("torch_npu.npu_convolution", targets="npu.npu_convolution")
+@recipe("torch_npu.npu_convolution", targets="npu.npu_convolution", device="npu")
 def npu_convolution(draw, entry, case, device):
     """``torch_npu.npu_convolution(x, weight, bias, stride, padding, dilation, groups)`` (2-D)."""
     _require_torch_npu(entry, device)
@@ -971,7 +971,7 @@ def npu_convolution_transpose_op(x, weight, bias, *, padding, stride, dilation, 
     return torch_npu.npu_convolution_transpose(x, weight, bias, padding, [0, 0], stride, dilation, groups)
 
 
-@recipe("torch_npu.npu_convolution_transpose", targets="npu.npu_convolution_transpose")
+@recipe("torch_npu.npu_convolution_transpose", targets="npu.npu_convolution_transpose", device="npu")
 def npu_convolution_transpose(draw, entry, case, device):
     """``torch_npu.npu_convolution_transpose(x, weight, bias, padding, output_padding, stride, dilation, groups)`` (2-D)."""
     _require_torch_npu(entry, device)
@@ -988,7 +988,7 @@ def npu_deformable_conv2d_op(x, weight, offset, bias, *, kernel_size, padding):
                                            modulated=True)
 
 
-@recipe("torch_npu.npu_deformable_conv2d", targets="npu.npu_deformable_conv2d")
+@recipe("torch_npu.npu_deformable_conv2d", targets="npu.npu_deformable_conv2d", device="npu")
 def npu_deformable_conv2d(draw, entry, case, device):
     """``torch_npu.npu_deformable_conv2d(x, weight, offset, bias, kernel_size, stride, padding, ...)``.
 
@@ -1018,7 +1018,7 @@ def npu_ps_roi_pooling_op(x, rois, *, group_size, output_dim):
     return torch_npu.npu_ps_roi_pooling(x, rois, 1.0, group_size, output_dim)
 
 
-@recipe("torch_npu.npu_ps_roi_pooling", targets="npu.npu_ps_roi_pooling")
+@recipe("torch_npu.npu_ps_roi_pooling", targets="npu.npu_ps_roi_pooling", device="npu")
 def npu_ps_roi_pooling(draw, entry, case, device):
     """``torch_npu.npu_ps_roi_pooling(x, rois, spatial_scale, group_size, output_dim)``.
 
@@ -1048,7 +1048,7 @@ def npu_group_norm_swish_op(x, weight, bias, *, num_groups, swish_scale):
     return torch_npu.npu_group_norm_swish(x, num_groups, weight, bias, eps=1e-05, swish_scale=swish_scale)
 
 
-@recipe("torch_npu.npu_group_norm_swish", targets="npu.npu_group_norm_swish")
+@recipe("torch_npu.npu_group_norm_swish", targets="npu.npu_group_norm_swish", device="npu")
 def npu_group_norm_swish(draw, entry, case, device):
     """``torch_npu.npu_group_norm_swish(x, num_groups, weight, bias, eps, swish_scale)`` -> (out, mean, rstd)."""
     _require_torch_npu(entry, device)

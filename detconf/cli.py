@@ -2,10 +2,10 @@
 
 ``detconf run [pytest args]`` runs the conformance suite (the installed one, or the checkout this
 module belongs to) from any folder; ``detconf report SUB [args]`` is ``python -m detconf.reports SUB``
-(build, diff, drift, sensitivity, certify, verify and whatever else the reports CLI knows: its
-own parser answers for the subcommand); ``detconf gpu-run [options] [-- pytest args]`` checks and
-installs the requirements from a wheel folder, runs every step of the suite on a GPU machine and
-archives what they wrote (:mod:`detconf.gpurun`); ``detconf gpu-pack`` packs the suite, the wheels a
+(build, diff, drift, sensitivity, overview, certify, verify, fingerprints: ``REPORT_COMMANDS``,
+which the reports CLI's parser lists; its own parser answers for the subcommand);
+``detconf gpu-run [options] [-- pytest args]`` checks and installs the requirements from a wheel
+folder, runs every step of the suite on a GPU machine and archives what they wrote (:mod:`detconf.gpurun`); ``detconf gpu-pack`` packs the suite, the wheels a
 lent GPU lacks and the revision into one folder for a device call (:mod:`detconf.gpupack`). Bad input: one line on standard error, exit
 status 2.
 """
@@ -18,6 +18,9 @@ import sys
 from pathlib import Path
 
 from detconf.suite import suite_root
+
+#: Every subcommand of ``python -m detconf.reports`` (its parser takes its list from here).
+REPORT_COMMANDS = ("build", "diff", "drift", "sensitivity", "overview", "certify", "verify", "fingerprints")
 
 USAGE = ("usage: detconf {run,options,report,gpu-run,gpu-pack} [args]   (detconf --help: what each does)")
 
@@ -32,7 +35,7 @@ commands:
   options               detconf's options, grouped, and the Hypothesis profiles with what each costs
   report SUB [args]     python -m detconf.reports SUB: build (the matrix of results files), diff (two runs
                         cell by cell), drift (the documented promises across releases),
-                        sensitivity, fingerprints (two GPUs' bytes), overview, certify, verify
+                        sensitivity, overview, certify, verify, fingerprints (two GPUs' bytes)
   gpu-run [options]     everything on a GPU machine offline, inside a --budget, into one archive
                         (detconf gpu-run --help)
   gpu-pack [options]    pack the suite, its revision and the wheels a lent GPU lacks into one
@@ -114,8 +117,8 @@ def _main(argv: list[str] | None) -> int:
         return subprocess.call(run_command(rest, root), env=env)
     if command == "report":
         if not rest:
-            return _error("detconf report needs a subcommand: build, diff, drift, sensitivity, certify, verify "
-                          "or fingerprints")
+            return _error(f"detconf report needs a subcommand: {', '.join(REPORT_COMMANDS[:-1])} or "
+                          f"{REPORT_COMMANDS[-1]}")
         if importlib.util.find_spec("detconf.reports") is None:
             return _error("cannot find the reports package: reinstall detconf")
         return subprocess.call([sys.executable, "-m", "detconf.reports", *rest])

@@ -24,15 +24,38 @@ def torch_range(text: str) -> SpecifierSet:
         raise ValueError("empty clause")
     for clause in clauses:
         Specifier(clause.strip())  # InvalidSpecifier (a ValueError) for a bare version or a typo
-    return SpecifierSet(text)
+    specifier = SpecifierSet(text)
+    if not any(specifier.contains(v, prereleases=True) for v in _candidates(specifier)):
+        raise ValueError("matches no torch release")
+    return specifier
+
+
+def _candidates(specifier: SpecifierSet) -> list[Version]:
+    """Versions on both sides of every bound of ``specifier``: if none is inside it, no version
+    is (each clause is a half-line or a point; their intersection, if not empty, holds a bound,
+    or a version just above one)."""
+    out = [Version("0"), Version("99999")]
+    for clause in specifier:
+        try:
+            v = Version(clause.version.rstrip(".*"))
+        except InvalidVersion:
+            continue
+        release = list(v.release)
+        out += [v, Version(".".join(map(str, release + [0, 1]))),
+                Version(".".join(map(str, release[:-1] + [max(release[-1] - 1, 0)] + [99999])))]
+    return out
 
 
 def torch_in(version: str, specifier: SpecifierSet) -> bool:
-    """Is torch ``version`` (``2.13.0+cpu``, ``2.16.0a0+git…``) inside ``specifier``?"""
+    """Is torch ``version`` (``2.13.0+cpu``, ``2.16.0a0+git…``) inside ``specifier``? A nightly
+    counts as its release (``2.16.0a0+git…`` as 2.16.0); a specifier that names a build
+    (``==2.13.0+cpu``) is compared with the build."""
     try:
         release = Version(version)
     except InvalidVersion:
         return False
+    if any("+" in clause.version for clause in specifier):  # pinned to a build: ==2.13.0+cpu
+        return specifier.contains(release, prereleases=True)
     return specifier.contains(Version(release.base_version), prereleases=True)
 
 

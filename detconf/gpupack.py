@@ -17,7 +17,10 @@ the device call's ``carry``) holds
 - ``run``: the session, a POSIX shell script: ``sh .gpu-pack/run OUT [gpu-run options]`` unpacks
   the tree into a fresh folder, then runs ``detconf gpu-run --wheels ... --device cuda`` from it
   (the wheels installed into the interpreter, offline) with the archive written to
-  ``OUT/gpu-run-<UTC time>.tar.gz`` (a second call into the same OUT adds its own);
+  ``OUT/gpu-run-<UTC time>.tar.gz`` (a second call into the same OUT adds its own, ``-2``, ``-3``
+  after the time when one of that second is there; nothing else of OUT is touched). OUT is
+  resolved against the caller's folder before anything else; one that exists and is not a
+  folder is one line and exit status 2; its name may hold any character (it is never shell code);
 - ``PACK.json``: what was packed, with digests, and the device command.
 
 Exit status 0 packed; 1 the wheels could not be fetched; 2 bad input (one line on stderr).
@@ -39,7 +42,9 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from detconf import revision as _revision
-from detconf.wheels import BadInput, canonicalize_name, download_command, manylinux_tags, read_requirements
+from detconf.wheels import (
+    BadInput, canonicalize_name, download_command, manylinux_tags, read_requirements, read_small, regular_file,
+)
 
 PROG = "detconf gpu-pack"
 IMAGE = Path(__file__).with_name("lent_gpu_image.txt")
@@ -55,29 +60,45 @@ RUN = r'''#!/bin/sh
 # wheels into this interpreter (offline), runs every step on the GPU inside the budget, and
 # writes one archive, OUT/gpu-run-<UTC time>.tar.gz, rewritten after every step.
 set -u
-pack=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd) || exit 2
+# (paths are read with "pwd; echo x" and the x cut off: a name ending in a newline stays whole)
+pack=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd && echo x) || exit 2
+pack=${pack%??}
 if [ $# -lt 1 ] || [ -z "$1" ]; then
-    echo "usage: sh $0 OUT [detconf gpu-run options]" >&2
+    printf 'usage: sh %s OUT [detconf gpu-run options]\n' "$0" >&2
     exit 2
 fi
 out=$1
 shift
-mkdir -p -- "$out" || { echo "run: cannot create $out" >&2; exit 2; }
-out=$(CDPATH= cd -- "$out" && pwd) || exit 2
+# OUT is the caller's (relative to the caller's folder), made if new; only this call's archive is
+# written into it, under a name no earlier call has used.
+case $out in /*) ;; *) out=./$out ;; esac
+if [ -e "$out" ] && [ ! -d "$out" ]; then
+    printf 'run: %s exists and is not a folder\n' "$out" >&2
+    exit 2
+fi
+mkdir -p -- "$out" 2>/dev/null || { printf 'run: cannot create the folder %s\n' "$out" >&2; exit 2; }
+out=$(CDPATH= cd -- "$out" 2>/dev/null && pwd && echo x) || { printf 'run: cannot enter the folder %s\n' "$out" >&2; exit 2; }
+out=${out%??}
 python=${DETCONF_PYTHON:-python3}
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
+name=gpu-run-$stamp
+n=1
+while [ -e "$out/$name.tar.gz" ] || [ -L "$out/$name.tar.gz" ]; do
+    n=$((n + 1))
+    name=gpu-run-$stamp-$n
+done
 work=$(mktemp -d "${TMPDIR:-/tmp}/detconf-gpu.XXXXXX") || exit 2
-mkdir -- "$work/tree" && tar -xzf "$pack/tree.tar.gz" -C "$work/tree" || { echo "run: cannot unpack $pack/tree.tar.gz" >&2; exit 2; }
+mkdir -- "$work/tree" && tar -xzf "$pack/tree.tar.gz" -C "$work/tree" || { printf 'run: cannot unpack %s\n' "$pack/tree.tar.gz" >&2; exit 2; }
 budget=--budget
 for arg in "$@"; do
     case $arg in --budget|--budget=*) budget= ;; esac
 done
-set -- --wheels "$pack/wheels" --device cuda --out "$work/gpu-run-$stamp" \
-    --archive "$out/gpu-run-$stamp.tar.gz" --quiet "$@"
+set -- --wheels "$pack/wheels" --device cuda --out "$work/$name" \
+    --archive "$out/$name.tar.gz" --quiet "$@"
 [ -n "$budget" ] && set -- --budget @BUDGET@ "$@"
 [ -f "$pack/alert-tests/test_torch.py" ] && set -- --alert-tests "$pack/alert-tests/test_torch.py" "$@"
 cd -- "$work/tree" || exit 2
-echo "run: suite unpacked in $work/tree; archive: $out/gpu-run-$stamp.tar.gz"
+printf 'run: suite unpacked in %s; archive: %s\n' "$work/tree" "$out/$name.tar.gz"
 exec "$python" -m detconf gpu-run "$@"
 '''
 
@@ -145,11 +166,12 @@ def write_tree(root: Path, files: list[str], target: Path) -> dict:
     return record
 
 
+#: The most an --alert-tests file may hold (PyTorch's test_torch.py: about 0.5 MiB).
+MAX_ALERT_TESTS = 16 << 20
+
+
 def image_names(path: Path) -> set[str]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise BadInput(f"--have {path}: cannot read ({exc.strerror or exc})") from None
+    lines = read_small(path, "--have").splitlines()  # a regular file, not a FIFO or a device
     names = set()
     for line in lines:
         word = line.split("#", 1)[0].strip().split("==")[0].strip()
@@ -169,6 +191,7 @@ def fetch_wheels(root: Path, dest: Path, have: set[str], args) -> list[str]:
     if args.wheels_from:
         source = Path(args.wheels_from)
         for wheel in sorted(source.glob("*.whl")):
+            regular_file(wheel, "--wheels-from")  # a FIFO would hang the copy
             shutil.copy2(wheel, dest / wheel.name)
     else:
         python = args.python.replace(".", "")
@@ -215,9 +238,8 @@ def _main(argv: list[str], root: Path | None) -> int:
         raise BadInput(f"--wheels-from {args.wheels_from}: no such folder")
     alert = Path(args.alert_tests) if args.alert_tests else None
     if alert is not None:
-        if not alert.is_file():
-            raise BadInput(f"--alert-tests {args.alert_tests}: no such file")
-        if "def test_nondeterministic_alert_" not in alert.read_text(encoding="utf-8", errors="replace"):
+        text = read_small(alert, "--alert-tests", MAX_ALERT_TESTS)  # a regular file, not a FIFO or a device
+        if "def test_nondeterministic_alert_" not in text:
             raise BadInput(f"--alert-tests {args.alert_tests}: not PyTorch's test_torch.py (no alert tests)")
     out = Path(args.out)
     if not out.is_absolute():

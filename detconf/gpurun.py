@@ -35,11 +35,16 @@ minutes. This command
    math modes, CPUs, Python, platform, the suite's revision), ``steps.json`` and ``COMMAND.md``,
    and one archive of all of it (``--archive``; default ``<out>/<out name>.tar.gz``). The records
    and the archive are rewritten after every step and when a SIGTERM, SIGINT or SIGHUP arrives,
-   so a run stopped at any point leaves them complete.
+   so a run stopped at any point leaves them complete. The folder is held by a lock file
+   (:data:`LOCK`) for the run's life: a second gpu-run into it refuses; an ``--archive`` that
+   exists is refused. A step's own pytest arguments may not name ``--results`` or ``--junitxml``
+   (:data:`OWN_OPTIONS`).
 
 Exit status: 0 every step passed (or was skipped); 1 a step failed, was cut by the budget or
-tested nothing (a pytest step without a complete results file: ``-- --help``, ``-- --co``), or
-requirements are missing; 2 bad input (one line on stderr); 128+N when stopped by signal N.
+tested nothing (a pytest step without a complete results file, or the tests step with no test
+run in its JUnit report: ``-- --help``, ``-- --co``), requirements are missing or conflict with
+the machine's torch, or the output cannot be written (one line: a full disk); 2 bad input (one
+line on stderr); 128+N when stopped by signal N.
 
 This module imports neither torch nor the suite's engine: what it needs to know about torch and
 the devices it asks a child ``python -c`` (:data:`PROBE`).
@@ -53,6 +58,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,7 +71,9 @@ from typing import Callable, NoReturn, Sequence
 
 from detconf import wheels as _wheels
 from detconf.revision import revision
-from detconf.wheels import BadInput, check, interpreter_tag, python_tag, read_requirements, suite_requirements
+from detconf.wheels import (
+    BadInput, check, interpreter_tag, python_tag, read_requirements, regular_file, suite_requirements,
+)
 
 PROG = "detconf gpu-run"
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -73,8 +81,17 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 _ENCLOSING_PYTEST = ("PYTEST_XDIST_", "PYTEST_CURRENT_TEST")
 #: Seconds of a budget kept for the end: the last records and the archive.
 RESERVE_S = 5.0
-#: Seconds an interrupted step gets to write its end record before its process group is killed.
+#: Seconds a step cut by the budget gets to write its end record before its process group is killed.
 GRACE_S = 3.0
+#: Seconds a step stopped by a signal gets for the same (pytest's own Ctrl-C handling: its end
+#: record, its summary); a second signal ends the wait at once.
+STOP_GRACE_S = 10.0
+#: The file that marks an output folder as taken by a running gpu-run (removed when it ends).
+LOCK = ".gpu-run.lock"
+#: pytest options the steps' own arguments (after ``--``, or in PYTEST_ADDOPTS) may not carry:
+#: gpu-run names each step's results file (and the tests step's JUnit report) inside --out, so
+#: that nothing goes elsewhere and each step is judged by what it wrote.
+OWN_OPTIONS = ("--results", "--junitxml", "--junit-xml")
 #: The smallest budget that can do anything (the machine's description alone imports torch).
 MIN_BUDGET_S = 20
 #: The signals that stop a run with its records written.
@@ -89,30 +106,68 @@ class Stopped(BaseException):
         self.signum = signum
 
 
+class OutputError(Exception):
+    """The output folder (or the archive) cannot be written: a full disk, a quota. One line."""
+
+
+#: Set by a second stop signal: the stopped step's grace ends at once.
+HURRY = threading.Event()
+
+
 # ----------------------------------------------------------------------------- console
 
 
 class Console:
-    """Where :func:`say` writes: the terminal, and ``console.log`` once the output folder exists."""
+    """Where :func:`say` writes: the terminal, and ``console.log`` once the output folder exists.
+    A write that fails (a full disk, a closed terminal) ends that sink, never the command."""
 
     sink = None  # an open text file
+    failed: str | None = None  # why console.log stopped
 
     @classmethod
     def open(cls, path: Path) -> None:
-        cls.sink = open(path, "a", encoding="utf-8")
+        try:
+            cls.sink = open(path, "a", encoding="utf-8")
+        except OSError as exc:
+            raise OutputError(f"{path}: {exc.strerror or exc}") from None
+
+    @classmethod
+    def log(cls, text: str) -> None:
+        if cls.sink is None:
+            return
+        try:
+            cls.sink.write(text)
+            cls.sink.flush()
+        except (OSError, ValueError) as exc:
+            cls.failed = getattr(exc, "strerror", None) or str(exc)
+            cls.close()
 
     @classmethod
     def close(cls) -> None:
-        if cls.sink is not None:
-            cls.sink.close()
-            cls.sink = None
+        sink, cls.sink = cls.sink, None
+        if sink is not None:
+            try:
+                sink.close()
+            except OSError:
+                pass
+
+
+def _stdout_gone() -> None:
+    """Our standard output is a closed pipe (``| head``): the rest goes to console.log only."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):
+        pass
 
 
 def show(line: str) -> None:
-    print(line, flush=True)
-    if Console.sink is not None:
-        Console.sink.write(line + "\n")
-        Console.sink.flush()
+    try:
+        print(line, flush=True)
+    except (OSError, ValueError):
+        _stdout_gone()
+    Console.log(line + "\n")
 
 
 def say(message: str) -> None:
@@ -399,6 +454,7 @@ class StepResult:
     report: str | None = None
     end_record: dict | None = None
     reason: str | None = None
+    junit: dict | None = None  # a pytest step without a results file: its JUnit report's counts (tests, skipped, ...)
 
 
 #: Statuses that make the command fail.
@@ -420,22 +476,47 @@ def pytest_command(plan: Plan, args: list[str]) -> list[str]:
 
 
 def has_stress(plan) -> bool:
-    """Does the suite register the Hypothesis profile ``stress`` (conformance/profiles.py)?"""
-    try:
-        text = (plan.root / "conformance" / "profiles.py").read_text(encoding="utf-8")
-    except OSError:
-        return False
-    return re.search(r"""^\s*["']stress["']\s*:""", text, re.MULTILINE) is not None
+    """Does the suite define the Hypothesis profile ``stress``? Its profiles are data in
+    ``detconf/vocabulary.py`` (``HYPOTHESIS_PROFILES``; ``vocabulary.py`` beside ``conformance/``
+    in an installed suite), or, in older suites, in ``conformance/profiles.py``."""
+    for where in (("detconf", "vocabulary.py"), ("vocabulary.py",), ("conformance", "profiles.py")):
+        try:
+            text = plan.root.joinpath(*where).read_text(encoding="utf-8")
+        except OSError:
+            continue
+        if re.search(r"""^\s*["']stress["']\s*:""", text, re.MULTILINE) is not None:
+            return True
+    return False
 
 
 def _pump(stream, log: Path, quiet: bool) -> None:
-    with open(log, "ab") as sink:
+    """A step's output to its log and (unless quiet) to ours, drained to the end whatever fails:
+    a log that cannot be written (a full disk) or a closed terminal stops that copy only."""
+    try:
+        sink = open(log, "ab")
+    except OSError:
+        sink = None
+    try:
         for line in iter(stream.readline, b""):
-            sink.write(line)
-            sink.flush()
+            if sink is not None:
+                try:
+                    sink.write(line)
+                    sink.flush()
+                except OSError:
+                    sink = None
             if not quiet:
-                sys.stdout.buffer.write(line)
-                sys.stdout.flush()
+                try:
+                    sys.stdout.buffer.write(line)
+                    sys.stdout.flush()
+                except (OSError, ValueError):
+                    quiet = True
+                    _stdout_gone()
+    finally:
+        if sink is not None:
+            try:
+                sink.close()
+            except OSError:
+                pass
 
 
 def _signal_group(proc: subprocess.Popen, signum: int) -> None:
@@ -446,13 +527,17 @@ def _signal_group(proc: subprocess.Popen, signum: int) -> None:
 
 
 def stop_child(proc: subprocess.Popen, grace: float = GRACE_S) -> None:
-    """Interrupt a step's process group (pytest writes its end record on SIGINT), then kill it."""
+    """Interrupt a step's process group (pytest writes its end record and its summary on SIGINT),
+    give it ``grace`` seconds (less if :data:`HURRY` is set: a second stop signal), then kill
+    what is left of the group."""
     if proc.poll() is None:
         _signal_group(proc, signal.SIGINT)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
+        deadline = time.monotonic() + grace
+        while proc.poll() is None and time.monotonic() < deadline and not HURRY.is_set():
+            try:
+                proc.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                pass
     _signal_group(proc, signal.SIGKILL)  # what is left of the group: workers, their children
     try:
         proc.wait(timeout=grace)
@@ -465,7 +550,7 @@ def run_bounded(command: list[str], cwd: Path, env: dict, log: Path, quiet: bool
     """Run ``command`` in a process group of its own, its output (stdout and stderr together) to
     ``log`` and, unless quiet, to ours; stopped after ``timeout`` seconds. (exit status, cut?)"""
     proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=os.setpgrp)
+                            preexec_fn=_child_setup)
     pump = threading.Thread(target=_pump, args=(proc.stdout, log, quiet), daemon=True)
     pump.start()
     cut = False
@@ -476,14 +561,23 @@ def run_bounded(command: list[str], cwd: Path, env: dict, log: Path, quiet: bool
             cut = True
             stop_child(proc)
             code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-    except BaseException:  # a stop signal or an interrupt: the step's group goes with us
-        stop_child(proc)
+    except BaseException:  # a stop signal or an interrupt: the step's group goes with us, its records written
+        stop_child(proc, STOP_GRACE_S)
         raise
     finally:
         pump.join(timeout=GRACE_S)
     if not cut:
         _signal_group(proc, signal.SIGKILL)  # workers a step left behind hold the GPU
     return code, cut
+
+
+def _child_setup() -> None:
+    """In a step's process, before its program: a process group of its own (stopped and killed
+    as one), and SIGINT at its default, so that the SIGINT that stops it reaches pytest's own
+    handling (its end record) even when this command was started with SIGINT ignored (``&`` in
+    a script, nohup)."""
+    os.setpgrp()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _end_record(results: Path) -> dict | None:
@@ -544,12 +638,18 @@ def run_step(plan: Plan, step: Step, number: int, total: int, on_start: Callable
         return skip(label, step, f"{left:.0f} s of the budget left, the step needs at least {step.min_s:.0f} s "
                                  f"(typically {step.typical_s:.0f} s on an H100 with 16 cores)")
     args = step.args(plan)
-    results = None
+    results = junit = None
+    env = plan.env
     if step.results:
         results = plan.out / "results" / f"{step.name}.jsonl"
         args += ["--results", str(results)]
     if step.kind == "pytest":
         command = pytest_command(plan, args + plan.pytest_args)
+        if not step.results:  # judged by pytest's own JUnit report (given through the environment, so
+            # that the command line stays what the step asks for)
+            junit = plan.out / "results" / f"{step.name}.xml"
+            addopts = " ".join(filter(None, [env.get("PYTEST_ADDOPTS"), shlex.quote(f"--junitxml={junit}")]))
+            env = {**env, "PYTEST_ADDOPTS": addopts}
     else:
         command = [sys.executable, *args]
     log = plan.out / "logs" / f"{step.name}.log"
@@ -561,7 +661,7 @@ def run_step(plan: Plan, step: Step, number: int, total: int, on_start: Callable
     on_start(result)
     t0 = time.monotonic()
     try:
-        code, cut = run_bounded(command, plan.root if plan.checkout else Path.cwd(), plan.env, log, plan.quiet, left)
+        code, cut = run_bounded(command, plan.root if plan.checkout else Path.cwd(), env, log, plan.quiet, left)
     except (Stopped, KeyboardInterrupt) as exc:
         result.status, result.exit_status = "interrupted", 128 + getattr(exc, "signum", signal.SIGINT)
         result.wall_s = round(time.monotonic() - t0, 1)
@@ -572,16 +672,49 @@ def run_step(plan: Plan, step: Step, number: int, total: int, on_start: Callable
     result.exit_status = code
     result.status = "cut" if cut else "passed" if code == 0 else "failed"
     _results_of(plan, result, results, report=True)
+    if junit is not None:
+        result.junit = _junit_counts(junit)
     if result.status == "passed" and step.kind == "pytest" and step.results and not _tested(result.end_record):
         result.status = "tested-nothing"
         result.reason = "pytest exited 0 without a complete results file (nothing was judged)"
-    what = {"cut": " (cut: the budget ran out)", "tested-nothing": " (tested nothing: no complete results file)"}
+    elif result.status == "passed" and junit is not None and not _ran_tests(result.junit):
+        result.status = "tested-nothing"
+        result.reason = "pytest exited 0 and ran no test (its JUnit report is missing or counts none that ran)"
+    what = {"cut": " (cut: the budget ran out)",
+            "tested-nothing": " (tested nothing: " + ("no complete results file)" if results is not None
+                                                      else "no test ran)")}
     say(f"{label}: exit status {code} ({result.status}) after {result.wall_s:.1f} s{what.get(result.status, '')}")
     return result
 
 
 def _tested(end: dict | None) -> bool:
     return bool(end) and end.get("outcome") == "complete" and (end.get("written") or 0) > 0
+
+
+def _junit_counts(path: Path) -> dict | None:
+    """The counts of a JUnit report pytest wrote (``tests``, ``skipped``, ``failures``, ``errors``),
+    summed over its test suites; None when there is none (``--help``) or it cannot be read."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        if path.stat().st_size > 64 << 20:
+            return None
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    counts = {k: 0 for k in ("tests", "skipped", "failures", "errors")}
+    for suite in suites:
+        for key in counts:
+            try:
+                counts[key] += int(suite.get(key) or 0)
+            except ValueError:
+                return None
+    return counts
+
+
+def _ran_tests(counts: dict | None) -> bool:
+    return bool(counts) and counts["tests"] - counts["skipped"] > 0
 
 
 def _results_of(plan: Plan, result: StepResult, results: Path | None, *, report: bool) -> None:
@@ -633,26 +766,44 @@ def command_md(argv: Sequence[str], machine: dict, steps: list[StepResult], inst
 
 
 def _write(path: Path, text: str) -> None:
-    """Write a file whole or not at all (a stop during the write leaves the last complete one)."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+    """Write a file whole or not at all (a stop during the write leaves the last complete one; a
+    full disk leaves no partial file and is an :class:`OutputError`)."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+    except OSError as exc:
+        _unlink(partial)
+        raise OutputError(f"{path}: {exc.strerror or exc}") from None
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
 
 
 def write_archive(out: Path, archive: Path | None = None) -> Path:
     """Everything in the output folder, under the folder's name, as one ``.tar.gz`` (default
-    ``<out>/<out name>.tar.gz``), replaced whole."""
+    ``<out>/<out name>.tar.gz``), replaced whole; an :class:`OutputError` when it cannot be."""
     archive = archive or out / f"{out.name}.tar.gz"
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    partial = archive.with_name(f".{archive.name}.partial")
-    with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
-        for path in sorted(out.rglob("*")):
-            if path in (archive, partial) or path.name.endswith(".partial") or path.is_symlink():
-                continue
-            if not (path.is_file() or path.is_dir()) or ".pytest_cache" in path.relative_to(out).parts:
-                continue
-            tar.add(path, arcname=f"{out.name}/{path.relative_to(out)}", recursive=False)
-    os.replace(partial, archive)
+    partial = archive.with_name(f".{archive.name}.{os.getpid()}.partial")
+    try:
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
+            for path in sorted(out.rglob("*")):
+                if path in (archive, partial) or path.name.endswith(".partial") or path.is_symlink():
+                    continue
+                if path.name == LOCK and path.parent == out:
+                    continue
+                if not (path.is_file() or path.is_dir()) or ".pytest_cache" in path.relative_to(out).parts:
+                    continue
+                tar.add(path, arcname=f"{out.name}/{path.relative_to(out)}", recursive=False)
+        os.replace(partial, archive)
+    except OSError as exc:
+        _unlink(partial)
+        raise OutputError(f"{getattr(exc, 'filename', None) or archive}: {exc.strerror or exc}") from None
     return archive
 
 
@@ -754,12 +905,22 @@ def _out_dir(text: str | None, root: Path, checkout: bool) -> Path:
     if text is None:
         base = (root if checkout else Path.cwd()) / "reports" / "out"
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        return base / f"gpu-run-{stamp}"
+        out = base / f"gpu-run-{stamp}"
+        number = 1
+        while out.exists() or out.is_symlink():  # a run started in the same second: a folder of its own
+            number += 1
+            out = base / f"gpu-run-{stamp}-{number}"
+        _creatable(out, "--out", str(out))
+        return out
     out = Path(text).absolute()
     if out.exists() or out.is_symlink():
         if not out.is_dir() or out.is_symlink():
             raise BadInput(f"--out {text}: exists and is not a folder")
         if any(out.iterdir()):
+            holder = _holder(out)
+            if holder is not None:
+                raise BadInput(f"--out {text}: another gpu-run (pid {holder}) is writing into it; give each run "
+                               "a folder of its own")
             raise BadInput(f"--out {text}: the folder is not empty (each run gets a folder of its own: "
                            "give a new one, or leave --out out for reports/out/gpu-run-<UTC time>/)")
     _creatable(out, "--out", text)
@@ -780,10 +941,142 @@ def _archive_path(text: str | None) -> Path | None:
     path = Path(text).absolute()
     if not path.name.endswith((".tar.gz", ".tgz")):
         raise BadInput(f"--archive {text}: name it *.tar.gz")
-    if path.exists() and not path.is_file():
-        raise BadInput(f"--archive {text}: exists and is not a file")
+    if path.exists() or path.is_symlink():
+        raise BadInput(f"--archive {text}: exists (each run writes an archive of its own: give a new name)")
     _creatable(path, "--archive", text)
     return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def _holder(out: Path) -> int | None:
+    """The pid of the live gpu-run whose lock is in ``out``, if any."""
+    try:
+        pid = int((out / LOCK).read_text(encoding="ascii", errors="replace").strip()[:20] or 0)
+    except (OSError, ValueError):
+        return None
+    return pid if pid > 0 and pid != os.getpid() and _alive(pid) else None
+
+
+@dataclass
+class Claim:
+    """An output folder (and an explicit archive path) taken by this run alone: a lock file made
+    with O_EXCL in the folder, the archive's name made the same way, so that a second gpu-run
+    into the same --out (or onto the same --archive) refuses instead of interleaving its files
+    with this one's."""
+
+    out: Path
+    archive: Path | None
+    made_out: bool
+    holds_archive: bool = False
+
+    @classmethod
+    def take(cls, out: Path, archive: Path | None, text: str) -> "Claim":
+        made = not (out.exists() or out.is_symlink())
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise BadInput(f"--out {text}: exists and is not a folder") from None
+        except OSError as exc:
+            raise BadInput(f"--out {text}: cannot create it ({exc.strerror or exc})") from None
+        lock = out / LOCK
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            pid = _holder(out)
+            if pid is not None:
+                raise BadInput(f"--out {text}: another gpu-run (pid {pid}) is writing into it; give each run "
+                               "a folder of its own") from None
+            raise BadInput(f"--out {text}: the folder is not empty (each run gets a folder of its own)") from None
+        except OSError as exc:
+            raise BadInput(f"--out {text}: cannot write into it ({exc.strerror or exc})") from None
+        claim = cls(out, archive, made)
+        try:
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            pass  # an empty lock still holds the folder
+        finally:
+            os.close(fd)
+        if any(p.name != LOCK for p in out.iterdir()):  # another run came and went between the checks
+            claim.release()
+            raise BadInput(f"--out {text}: the folder is not empty (each run gets a folder of its own)")
+        if archive is not None:
+            try:
+                os.close(os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            except FileExistsError:
+                claim.release()
+                raise BadInput(f"--archive {archive}: exists (each run writes an archive of its own: give a new "
+                               "name)") from None
+            except OSError as exc:
+                claim.release()
+                raise BadInput(f"--archive {archive}: cannot create it ({exc.strerror or exc})") from None
+            claim.holds_archive = True
+        return claim
+
+    def release(self) -> None:
+        _unlink(self.out / LOCK)
+        if self.holds_archive and self.archive is not None:
+            try:  # a reservation never written (the run ended before its first archive)
+                if self.archive.stat().st_size == 0:
+                    self.archive.unlink()
+            except OSError:
+                pass
+
+    def discard(self) -> None:
+        """Remove everything this run wrote (the folder was new or empty at its start)."""
+        for path in list(self.out.iterdir()) if self.out.is_dir() else []:
+            if path.name == LOCK:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                _unlink(path)
+        if self.holds_archive and self.archive is not None:
+            _unlink(self.archive)
+            self.holds_archive = False
+        _unlink(self.out / LOCK)
+        if self.made_out:
+            try:
+                self.out.rmdir()
+            except OSError:
+                pass
+
+
+def check_pytest_args(args: Sequence[str], env: dict) -> None:
+    """Bad input: a pytest option of :data:`OWN_OPTIONS` after ``--`` or in PYTEST_ADDOPTS."""
+    try:
+        addopts = shlex.split(env.get("PYTEST_ADDOPTS") or "")
+    except ValueError as exc:
+        raise BadInput(f"PYTEST_ADDOPTS: cannot be split into arguments ({exc})") from None
+    for where, words in (("--", args), ("PYTEST_ADDOPTS", addopts)):
+        for word in words:
+            name = word.split("=", 1)[0]
+            if name in OWN_OPTIONS:
+                raise BadInput(f"{where} {word[:80]}: gpu-run names each step's results file inside --out "
+                               f"(results/<step>.jsonl, results/tests.xml); a {name} of your own would send them "
+                               "elsewhere and leave the step unjudged: leave it out")
+
+
+def requested_devices(requested: Sequence[str], machine: dict) -> list[str]:
+    """The devices asked for, each known to the suite and available here; else bad input."""
+    table = machine.get("backends")
+    if not isinstance(table, dict):
+        errors = machine.get("errors") or {}
+        raise BadInput(f"cannot ask the suite about devices: {errors.get('backends') or errors.get('probe') or 'unknown error'}")
+    for name in requested:
+        if name not in table:
+            raise BadInput(f"unknown device {name[:40]!r}; known: {', '.join(sorted(table))}")
+        if not table[name].get("available"):
+            raise BadInput(no_gpu_line(name, machine))
+    return list(dict.fromkeys(requested))
 
 
 def bytecode_cache(env: dict, cache_home: Path | None = None) -> tuple[str | None, str]:
@@ -836,6 +1129,7 @@ class _Handlers:
 
     def _handle(self, signum, frame) -> None:
         if self.stopping:
+            HURRY.set()  # a second signal: the stopped step's grace ends now
             return
         self.stopping = True
         raise Stopped(signum)
@@ -859,15 +1153,25 @@ def main(argv: Sequence[str] | None = None, *, root: Path | None = None) -> int:
             return _main(argv, root, start)
     except BadInput as exc:
         line = f"{PROG}: error: {' '.join(str(exc).split())}"
-        if Console.sink is not None:
-            Console.sink.write(line + "\n")
-        print(line, file=sys.stderr)
+        Console.log(line + "\n")
+        _error(line)
         return EXIT_BAD_INPUT
+    except OutputError as exc:  # before the records could take it (console.log, the first mkdir)
+        _error(f"{PROG}: error: cannot write the output: {' '.join(str(exc).split())}")
+        return EXIT_FAILED
     except (KeyboardInterrupt, Stopped) as exc:  # before the output folder exists
-        print(f"{PROG}: stopped", file=sys.stderr)
+        _error(f"{PROG}: stopped")
         return 128 + getattr(exc, "signum", signal.SIGINT)
     finally:
         Console.close()
+        HURRY.clear()
+
+
+def _error(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _main(argv: list[str], root: Path | None, start: float) -> int:
@@ -880,10 +1184,12 @@ def _main(argv: list[str], root: Path | None, start: float) -> int:
     if wheels is not None and not wheels.is_dir():
         raise BadInput(f"--wheels {args.wheels}: no such folder")
     alert_tests = Path(args.alert_tests).absolute() if args.alert_tests else None
-    if alert_tests is not None and not alert_tests.is_file():
-        raise BadInput(f"--alert-tests {args.alert_tests}: no such file")
+    if alert_tests is not None:
+        regular_file(alert_tests, "--alert-tests", args.alert_tests)
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         raise BadInput("PYTEST_DISABLE_PLUGIN_AUTOLOAD is set: pytest would load neither detconf's plugin nor xdist; unset it")
+    env = _child_env()
+    check_pytest_args(pytest_args, env)
     if root is None:
         from detconf.suite import suite_root
 
@@ -893,50 +1199,88 @@ def _main(argv: list[str], root: Path | None, start: float) -> int:
     checkout = (root / "pytest.ini").is_file()
     requirements_file = Path(args.requirements) if args.requirements else None
     if requirements_file is not None:
-        if not requirements_file.is_file():
-            raise BadInput(f"--requirements {args.requirements}: no such file")
         requirements, origin = read_requirements(requirements_file), requirements_file.name
     else:
         requirements, origin = suite_requirements(root)
-    env = _child_env()
     if args.check:
-        return _requirements(requirements, origin, wheels, requirements_file, root, env, args.pip_option, None)
+        code = _requirements(requirements, origin, wheels, requirements_file, root, env, args.pip_option, None)
+        if args.device:  # --check says whether the run could start: the devices asked for too
+            say("checking the devices asked for (a child python imports torch)")
+            machine = probe(root, env)
+            if not isinstance(machine.get("backends"), dict) and code != EXIT_OK:
+                say("the devices asked for are not checked: the suite cannot be asked while requirements are missing")
+                return code
+            devices = requested_devices(args.device, machine)
+            say(f"available: {', '.join(devices)}")
+        return code
 
     out = _out_dir(args.out, root, checkout)
     archive = _archive_path(args.archive)
-    for sub in ("results", "logs"):
-        (out / sub).mkdir(parents=True, exist_ok=True)
-    Console.open(out / "console.log")
-    record = Record(out, argv, archive, clock.budget)
+    claim = Claim.take(out, archive, args.out or str(out))
+    try:
+        return _session(claim, argv, args, steps, workers, clock, wheels, alert_tests, root, checkout,
+                        requirements, origin, requirements_file, env, pytest_args)
+    finally:
+        claim.release()
+
+
+def _session(claim: Claim, argv, args, steps, workers, clock, wheels, alert_tests, root, checkout,
+             requirements, origin, requirements_file, env, pytest_args) -> int:
+    """The run in its claimed output folder: records written whatever happens, one line when they
+    cannot be (a full disk: what this run wrote is removed when no step had started, so the
+    folder takes a retry)."""
+    out = claim.out
+    record = Record(out, argv, claim.archive, clock.budget)
     record.machine = {"date": _now(), "command": ["detconf", "gpu-run", *argv], "cwd": str(Path.cwd())}
     try:
-        return _run(record, args, steps, workers, clock, wheels, alert_tests, root, checkout,
-                    requirements, origin, requirements_file, env, pytest_args)
-    except (Stopped, KeyboardInterrupt) as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
-        name = signal.Signals(signum).name
-        for s in record.steps:
-            if s.status == "running":
-                s.status, s.exit_status = "interrupted", 128 + signum
-        state = f"stopped by {name} after {clock.elapsed():.1f} s"
-        say(f"{state}; writing the records and the archive")
-        say(f"wrote {record.write(state)}")
-        return 128 + signum
-    except BadInput as exc:
-        say(f"error: {' '.join(str(exc).split())}")
-        record.write(f"refused: {' '.join(str(exc).split())}")
-        Console.close()
-        raise
-    except Exception as exc:  # a fault of this command: said in one line, its traceback kept in console.log
-        import traceback
-
-        if Console.sink is not None:
-            Console.sink.write(traceback.format_exc())
-        say(f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]} (traceback in console.log)")
         try:
-            say(f"wrote {record.write(f'internal error: {type(exc).__name__}')}")
-        except Exception as again:  # noqa: BLE001 - the records themselves cannot be written
-            say(f"could not write the records: {type(again).__name__}: {again}")
+            for sub in ("results", "logs"):
+                try:
+                    (out / sub).mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise OutputError(f"{out / sub}: {exc.strerror or exc}") from None
+            Console.open(out / "console.log")
+            return _run(record, args, steps, workers, clock, wheels, alert_tests, root, checkout,
+                        requirements, origin, requirements_file, env, pytest_args)
+        except (Stopped, KeyboardInterrupt) as exc:
+            signum = getattr(exc, "signum", signal.SIGINT)
+            name = signal.Signals(signum).name
+            for s in record.steps:
+                if s.status == "running":
+                    s.status, s.exit_status = "interrupted", 128 + signum
+            state = f"stopped by {name} after {clock.elapsed():.1f} s"
+            say(f"{state}; writing the records and the archive")
+            say(f"wrote {record.write(state)}")
+            return 128 + signum
+        except BadInput as exc:
+            say(f"error: {' '.join(str(exc).split())}")
+            try:
+                record.write(f"refused: {' '.join(str(exc).split())}")
+            except OutputError:
+                pass  # the refusal is said; the records could not take it
+            Console.close()
+            raise
+        except OutputError:
+            raise
+        except Exception as exc:  # a fault of this command: said in one line, its traceback kept in console.log
+            import traceback
+
+            Console.log(traceback.format_exc())
+            say(f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]} (traceback in console.log)")
+            try:
+                say(f"wrote {record.write(f'internal error: {type(exc).__name__}')}")
+            except Exception as again:  # noqa: BLE001 - the records themselves cannot be written
+                say(f"could not write the records: {type(again).__name__}: {again}")
+            return EXIT_FAILED
+    except OutputError as exc:
+        Console.close()
+        line = f"{PROG}: error: cannot write the output: {' '.join(str(exc).split())}"
+        if not any(s.status != "skipped" for s in record.steps):
+            claim.discard()
+            line += f"; no step had started and nothing of this run is kept ({out} takes a retry once there is room)"
+        else:
+            line += f"; the records in {out} may be behind"
+        _error(line)
         return EXIT_FAILED
 
 
@@ -947,13 +1291,16 @@ def _requirements(requirements, origin, wheels, requirements_file, root, env, pi
     result = check(requirements, origin, wheels)
     _wheels.report_requirements(result, wheels, say=say, show=show)
     state = {"origin": origin, "torch": result.torch, "needs": [n.line() for n in result.needs],
-             "notes": result.notes, "versions": dict(sorted(result.checked.items())),
+             "conflicts": result.conflicts, "notes": result.notes, "versions": dict(sorted(result.checked.items())),
              "to_install": [f"{n} {v}" for n, v, _ in result.install]}
     if result.needs:
         state["pip_download"] = _wheels.pip_download_hint(result.needs)
     if record is not None:
         record.requirements = state
-    if result.needs or result.torch is None:
+    if result.needs or result.conflicts or result.torch is None:
+        if result.conflicts and not result.needs:
+            say(f"what asks for another torch does not suit this machine: bring versions of it that work with torch "
+                f"{result.torch}")
         return EXIT_FAILED
     if result.install:
         assert wheels is not None
@@ -961,10 +1308,15 @@ def _requirements(requirements, origin, wheels, requirements_file, root, env, pi
             return EXIT_FAILED
         installed = [f"{name} {version}" for name, version, _ in result.install]
         again = _wheels.recheck(requirements_file.absolute() if requirements_file else None, root, env)
-        if again is None or again.needs:
+        if again is None or again.needs or again.conflicts:
             if again is not None:
-                _wheels.report_requirements(again, None, say=say, show=show)
+                _wheels.report_recheck(again, [name for name, _, _ in result.install], wheels, say=say, show=show)
                 state["needs"] = [n.line() for n in again.needs]
+                state["conflicts"] = again.conflicts
+                _, others = _wheels.split_recheck(again, [name for name, _, _ in result.install])
+                state.pop("pip_download", None)
+                if others:
+                    state["pip_download"] = _wheels.pip_download_hint(others)
             say("still missing after the install" + ("" if again is not None else " (the check could not run again)"))
             return EXIT_FAILED
         state["installed"] = installed
@@ -1003,16 +1355,10 @@ def _run(record: Record, args, steps, workers, clock, wheels, alert_tests, root,
                                "changed": list(rev.changed[:50]), "revision_source": rev.source, "checkout": checkout}
     record.machine["requirements"] = record.requirements
     table = record.machine.get("backends")
-    if not isinstance(table, dict):
-        errors = record.machine.get("errors") or {}
-        raise BadInput(f"cannot ask the suite about devices: {errors.get('backends') or errors.get('probe') or 'unknown error'}")
     if args.device:
-        devices = args.device
-        for name in devices:
-            if name not in table:
-                raise BadInput(f"unknown device {name[:40]!r}; known: {', '.join(sorted(table))}")
-            if not table[name].get("available"):
-                raise BadInput(no_gpu_line(name, record.machine))
+        devices = requested_devices(args.device, record.machine)
+    elif not isinstance(table, dict):
+        devices = requested_devices([], record.machine)  # says why the suite cannot be asked
     elif (table.get("cuda") or {}).get("available"):
         devices = ["cuda"]
     else:

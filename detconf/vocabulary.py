@@ -158,6 +158,24 @@ HYPOTHESIS_PROFILES: dict[str, dict] = {
     "stress": {"max_examples": 2, "derandomize": True, "database": None, "deadline": None, "print_blob": True},
 }
 
+def base_profile(name: str) -> str:
+    """The suite's profile a Hypothesis profile name stands for: Hypothesis's pytest plugin
+    re-registers the chosen profile as ``stress-with-verbose-verbosity`` (``--hypothesis-verbosity``)
+    or ``ci-with-explain-phase`` (``--hypothesis-explain``), the same examples under a new name."""
+    return name.split("-with-")[0]
+
+
 #: The distributions whose pytest plugins a certified run may load without the statement naming
 #: them (``certify --allow-plugin``): pytest, its xdist, Hypothesis and detconf itself.
 KNOWN_PLUGIN_DISTRIBUTIONS = ("pytest", "pytest-xdist", "hypothesis", "detconf")
+
+
+#: torch's default float32 math mode per device type, by operator family (what
+#: ``engine.mathmode.describe`` reports at the start of a run): IEEE float32 on the CPU; on CUDA,
+#: IEEE matmuls and cuDNN's TF32 for convolutions and RNNs. A run under another mode (e.g.
+#: ``torch.set_float32_matmul_precision("medium")``: bf16 matmuls) certifies only when the
+#: statement declares it (``certify --declare-math-mode``).
+DEFAULT_MATH_MODE: dict[str, dict[str, str]] = {
+    "cpu": {"matmul": "ieee", "conv": "ieee", "rnn": "ieee"},
+    "cuda": {"matmul": "ieee", "conv": "tf32", "rnn": "tf32"},
+}

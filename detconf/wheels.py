@@ -11,7 +11,9 @@ import email.parser
 import importlib.metadata as metadata
 import json
 import os
+import platform
 import shlex
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -40,8 +42,66 @@ except ImportError:  # pragma: no cover - exercised only where packaging is abse
 TORCH = "torch"
 
 
+#: The most a requirements file (each ``-r`` include), a ``--have`` list or a wheel's METADATA may
+#: hold: more is not a requirements list but a mistake (``-r /dev/zero``).
+MAX_LIST_BYTES = 1 << 20
+#: How deep ``-r`` includes may nest.
+MAX_INCLUDE_DEPTH = 32
+
+
 class BadInput(Exception):
     """A problem with the command line or its paths: one line, exit status 2."""
+
+
+def read_small(path: Path, what: str, limit: int = MAX_LIST_BYTES) -> str:
+    """The text of a regular file of at most ``limit`` bytes; anything else (a FIFO, a device, a
+    folder, a larger file, an unreadable one) is one line of bad input. Opened without blocking,
+    so a FIFO is refused, not waited on."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise BadInput(f"{what} {path}: no such file") from None
+    except OSError as exc:
+        raise BadInput(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise BadInput(f"{what} {path}: not a regular file ({_kind(info.st_mode)})")
+        if info.st_size > limit:
+            raise BadInput(f"{what} {path}: {info.st_size} bytes, more than the {limit} a {what.lstrip('-')} may hold")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise BadInput(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise BadInput(f"{what} {path}: more than the {limit} bytes a {what.lstrip('-')} may hold")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{what} {path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def regular_file(path: Path, what: str, shown: str | None = None) -> None:
+    """Bad input unless ``path`` (its link followed) is a regular file."""
+    shown = shown or str(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise BadInput(f"{what} {shown}: no such file") from None
+    except OSError as exc:
+        raise BadInput(f"{what} {shown}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise BadInput(f"{what} {shown}: not a regular file ({_kind(mode)})")
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return name
+    return "not a plain file"
 
 
 @dataclass(frozen=True)
@@ -62,6 +122,7 @@ class Check:
     """What the requirements walk found."""
 
     needs: list[Need] = field(default_factory=list)  # to bring (not in the wheel folder, or no folder)
+    conflicts: list[str] = field(default_factory=list)  # asks for a torch other than this machine's (never installed)
     install: list[tuple[str, str, Path]] = field(default_factory=list)  # (name, version, wheel) from --wheels
     notes: list[str] = field(default_factory=list)  # problems of installed packages that do not block
     torch: str | None = None  # the installed torch's version
@@ -69,7 +130,7 @@ class Check:
 
     @property
     def satisfied(self) -> bool:
-        return not self.needs and not self.install and self.torch is not None
+        return not self.needs and not self.conflicts and not self.install and self.torch is not None
 
 
 def python_tag() -> str:
@@ -79,26 +140,41 @@ def python_tag() -> str:
 
 
 def interpreter_tag() -> str:
-    """The most specific tag this interpreter installs, e.g. ``cp312-cp312-manylinux_2_39_x86_64``."""
-    return str(next(iter(sys_tags())))
+    """The most specific tag this interpreter installs that an index can hold, e.g.
+    ``cp312-cp312-manylinux_2_39_x86_64`` (a ``linux_*`` tag, which PyPI refuses, only where
+    there is no other)."""
+    first = next(iter(sys_tags()))
+    if first.platform.startswith("linux_") or first.platform == "any":
+        portable = [t for t in platform_tags() if not t.startswith("linux_")]
+        if portable:
+            return f"{first.interpreter}-{first.abi}-{portable[0]}"
+    return str(first)
 
 
 def read_requirements(path: Path, _seen: frozenset = frozenset()) -> list[Requirement]:
     """The requirements of a pip requirements file (``-r`` includes followed; other options
-    skipped). A line that is not a requirement is bad input."""
+    skipped). A line that is not a requirement, and a file (or include) that is not a regular
+    file of at most :data:`MAX_LIST_BYTES`, are bad input."""
     if path.resolve() in _seen:
         return []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read the requirements file ({exc.strerror or exc})") from None
+    if len(_seen) >= MAX_INCLUDE_DEPTH:
+        raise BadInput(f"{path}: -r includes nest more than {MAX_INCLUDE_DEPTH} deep")
+    text = read_small(path, "requirements file" if not _seen else "-r include")
     out: list[Requirement] = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split(" #", 1)[0].strip()
         if not line or line.startswith("#"):
             continue
-        if line.startswith(("-r ", "--requirement ")):
+        include = None
+        if line.startswith(("-r ", "--requirement ", "-r\t", "--requirement\t")):
             include = line.split(None, 1)[1].strip()
+        elif line.startswith("--requirement="):
+            include = line.split("=", 1)[1].strip()
+        elif line.startswith("-r") and not line.startswith("-r "):
+            include = line[2:].strip()
+        if include is not None:
+            if not include:
+                raise BadInput(f"{path}:{number}: -r names no file")
             out += read_requirements(path.parent / include, _seen | {path.resolve()})
             continue
         if line.startswith("-"):
@@ -160,15 +236,24 @@ class Wheel:
     compatible: bool
 
     def requires(self) -> list[str]:
-        """``Requires-Dist`` of the wheel's METADATA."""
+        """``Requires-Dist`` of the wheel's METADATA (the wheel a regular file, its METADATA at
+        most :data:`MAX_LIST_BYTES`)."""
+        regular_file(self.path, "--wheels")
         try:
             with zipfile.ZipFile(self.path) as z:
-                meta = next((n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
+                meta = next((i for i in z.infolist() if i.filename.count("/") == 1
+                             and i.filename.endswith(".dist-info/METADATA")), None)
                 if meta is None:
                     return []
-                message = email.parser.Parser().parsestr(z.read(meta).decode("utf-8", "replace"))
-        except (OSError, zipfile.BadZipFile) as exc:
-            raise BadInput(f"{self.path}: not a readable wheel ({exc})") from None
+                if meta.file_size > MAX_LIST_BYTES:
+                    raise BadInput(f"{self.path}: its METADATA is {meta.file_size} bytes (at most {MAX_LIST_BYTES})")
+                with z.open(meta) as fh:
+                    data = fh.read(MAX_LIST_BYTES + 1)
+                if len(data) > MAX_LIST_BYTES:
+                    raise BadInput(f"{self.path}: its METADATA is more than {MAX_LIST_BYTES} bytes")
+                message = email.parser.Parser().parsestr(data.decode("utf-8", "replace"))
+        except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, NotImplementedError) as exc:
+            raise BadInput(f"{self.path}: not a readable wheel ({' '.join(str(exc).split())[:200]})") from None
         return message.get_all("Requires-Dist") or []
 
 
@@ -176,11 +261,16 @@ def wheels_in(folder: Path) -> dict[str, list[Wheel]]:
     """The wheels of a folder by canonical name, best first (compatible, then newest)."""
     supported = set(sys_tags())
     out: dict[str, list[Wheel]] = {}
-    for path in sorted(folder.glob("*.whl")):
+    try:
+        paths = sorted(folder.glob("*.whl"))
+    except OSError as exc:
+        raise BadInput(f"--wheels {folder}: cannot list it ({exc.strerror or exc})") from None
+    for path in paths:
         try:
             name, version, _, tags = parse_wheel_filename(path.name)
         except (InvalidWheelFilename, InvalidVersion):
             continue
+        regular_file(path, "--wheels")  # a FIFO named *.whl would hang the reading of its METADATA
         out.setdefault(canonicalize_name(name), []).append(
             Wheel(path, str(name), str(version), compatible=bool(set(tags) & supported)))
     for found in out.values():
@@ -205,6 +295,18 @@ def check(requirements: Sequence[Requirement], origin: str, wheels: Path | None 
     while queue:
         req, why, direct = queue.pop(0)
         name = canonicalize_name(req.name)
+        if name == TORCH:  # the machine's own build: it does, or it is a conflict; never a wheel to bring
+            if result.torch is not None and _satisfies(req, result.torch):
+                result.checked[TORCH] = result.torch
+            elif result.torch is not None:
+                said = f"{why} requires {req}, but this machine's torch is {result.torch}"
+                if direct or why.endswith("(from the wheel folder)"):
+                    said += " (gpu-run never installs or changes torch)"
+                    if said not in result.conflicts:
+                        result.conflicts.append(said)
+                else:  # an installed package's own requirement: it is installed, as for any other
+                    result.notes.append(said)
+            continue
         if name in planned:
             if not _satisfies(req, planned[name]):
                 result.needs.append(Need(str(req), why, installed=f"{planned[name]} (from the wheel folder)"))
@@ -254,9 +356,24 @@ def why_not_offered(name: str, wheels: Path) -> str:
 
 
 def platform_tags() -> list[str]:
-    """Every platform tag this interpreter installs, most specific first (``manylinux_2_36_x86_64``
-    down to ``manylinux_2_5_x86_64``, the legacy aliases, ``linux_x86_64``)."""
-    return list(dict.fromkeys(str(t.platform) for t in sys_tags()))
+    """The platform tags to ask an index for the wheels of this interpreter, most specific first
+    (``manylinux_2_36_x86_64`` down to ``manylinux_2_5_x86_64`` and the legacy aliases). A
+    ``linux_*`` tag is left out (PyPI holds no such wheels), whatever place the installed
+    ``packaging`` gives it; on a glibc Linux the ``manylinux`` tags of its glibc are there even
+    where ``sys_tags()`` lists none; ``any`` is left out too (pip takes pure-Python wheels whatever
+    the platforms). Only where nothing else is left are the ``linux_*`` tags kept."""
+    tags = list(dict.fromkeys(str(t.platform) for t in sys_tags()))
+    portable = [t for t in tags if not t.startswith("linux_") and t != "any"]  # pip takes "any" wheels anyway
+    libc, version = platform.libc_ver()
+    if sys.platform.startswith("linux") and libc == "glibc" and version.count(".") >= 1:
+        arches = [t[len("linux_"):] for t in tags if t.startswith("linux_")]
+        for arch in arches[:1] or [platform.machine()]:
+            if not any(t.startswith("manylinux") for t in portable):
+                try:
+                    portable += manylinux_tags(version, arch)
+                except ValueError:
+                    pass
+    return list(dict.fromkeys(portable)) or [t for t in tags if t != "any"] or tags
 
 
 def manylinux_tags(glibc: str, arch: str = "x86_64") -> list[str]:
@@ -284,8 +401,16 @@ def pip_download_hint(needs: Sequence[Need]) -> str:
     network, for this interpreter (all of its platform tags)."""
     tag = interpreter_tag().split("-")
     v = sys.version_info
-    return shlex.join(download_command([n.requirement for n in needs], python_version=f"{v.major}.{v.minor}",
+    wanted = [n.requirement for n in needs if not _is_torch(n.requirement)]  # torch is never fetched
+    return shlex.join(download_command(wanted, python_version=f"{v.major}.{v.minor}",
                                        implementation=tag[0][:2], abi=tag[1], platforms=platform_tags()))
+
+
+def _is_torch(requirement: str) -> bool:
+    try:
+        return canonicalize_name(Requirement(requirement).name) == TORCH
+    except InvalidRequirement:
+        return False
 
 
 def externally_managed() -> bool:
@@ -303,16 +428,20 @@ def recheck(requirements: Path | None, root: Path | None, env: dict) -> Check | 
             "req = sys.argv[1]; root = Path(sys.argv[2]) if sys.argv[2] else None\n"
             "reqs, origin = (g.read_requirements(Path(req)), Path(req).name) if req else g.suite_requirements(root)\n"
             "c = g.check(reqs, origin)\n"
-            "print(json.dumps({'needs': [n.line() for n in c.needs], 'torch': c.torch}))\n")
+            "print(json.dumps({'needs': [[n.requirement, n.why, n.installed] for n in c.needs],\n"
+            "                  'conflicts': c.conflicts, 'torch': c.torch}))\n")
     package_parent = str(Path(__file__).resolve().parent.parent)
     run = subprocess.run([sys.executable, "-c", code, str(requirements or ""), str(root or "")],
                          capture_output=True, text=True, env={**env, "PYTHONPATH": os.pathsep.join(
                              filter(None, [package_parent, env.get("PYTHONPATH")]))}, cwd=package_parent)
     if run.returncode != 0:
         return None
-    data = json.loads(run.stdout.strip().splitlines()[-1])
-    c = Check(torch=data["torch"])
-    c.needs = [Need(line, "") for line in data["needs"]]
+    try:
+        data = json.loads(run.stdout.strip().splitlines()[-1])
+        c = Check(torch=data["torch"], conflicts=list(data["conflicts"]))
+        c.needs = [Need(requirement, why, installed) for requirement, why, installed in data["needs"]]
+    except (ValueError, IndexError, KeyError, TypeError):
+        return None
     return c
 
 
@@ -338,6 +467,8 @@ def report_requirements(result: Check, wheels: Path | None, *, say, show=print) 
         say(f"torch {result.torch} is installed (kept as it is)")
     for note in result.notes:
         say(f"note: {note}")
+    for conflict in result.conflicts:
+        say(f"conflict: {conflict}")
     if not result.needs:
         return
     where = f" (not usable in {wheels})" if wheels is not None else ""
@@ -349,3 +480,37 @@ def report_requirements(result: Check, wheels: Path | None, *, say, show=print) 
     if wheels is None:
         say("their own dependencies are checked once the wheels are here (run again with --wheels DIR)")
     say(f"on a machine with a network: {pip_download_hint(result.needs)}")
+
+
+def report_recheck(again: Check, installed: Sequence[str], wheels: Path, *, say, show=print) -> None:
+    """What a fresh interpreter still misses after the install from ``wheels``: what was
+    installed and is not seen (pip put it where this Python does not look), and what is missing
+    besides (with the command that fetches it)."""
+    unseen, other = split_recheck(again, installed)
+    for conflict in again.conflicts:
+        say(f"conflict: {conflict}")
+    if unseen:
+        say(f"installed from {wheels} but not seen by a fresh interpreter ({sys.executable}): pip put "
+            f"{'it' if len(unseen) == 1 else 'them'} where this Python does not look (a --pip-option such as "
+            "--target or --prefix?):")
+        for need in unseen:
+            show(f"  {need.line()}")
+    if other:
+        say(f"missing {len(other)} besides; bring wheels for Python {python_tag()} ({interpreter_tag()}):")
+        for need in other:
+            show(f"  {need.line()}")
+        say(f"on a machine with a network: {pip_download_hint(other)}")
+
+
+def split_recheck(again: Check, installed: Sequence[str]) -> tuple[list[Need], list[Need]]:
+    """The re-check's needs: those just installed (and not seen), and the others."""
+    names = {canonicalize_name(name) for name in installed}
+
+    def name(need: Need) -> str:
+        try:
+            return canonicalize_name(Requirement(need.requirement).name)
+        except InvalidRequirement:
+            return ""
+
+    unseen = [n for n in again.needs if name(n) in names]
+    return unseen, [n for n in again.needs if n not in unseen]

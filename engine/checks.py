@@ -53,16 +53,19 @@ class CheckObservation:
 
 
 def check(entry_id: str, *, source: str, max_examples: int | None = None,
-          compiles: bool = False) -> Callable[[Check], Check]:
+          compiles: bool = False, device: str | None = None) -> Callable[[Check], Check]:
     """Register ``fn`` for an entry. ``max_examples`` caps the Hypothesis examples
     for checks whose every example costs seconds (fresh processes, compilation).
     ``compiles=True``: the check can observe its promise inside compiled code; under a compile
-    setting it is called with ``compiler=`` (an :class:`engine.compiled.Compiler`)."""
+    setting it is called with ``compiler=`` (an :class:`engine.compiled.Compiler`).
+    ``device``: the only device type the promise is about (``"cuda"`` for a cuBLAS note); the check
+    raises :class:`CheckSkipped` with ``needs_device`` of the same name elsewhere."""
 
     def register(fn: Check) -> Check:
         if max_examples is not None:
             fn.max_examples = max_examples
         fn.compiles = compiles
+        fn.device = device
         key = (source, entry_id)
         if key in _CHECKS and _CHECKS[key] is not fn:
             raise ValueError(f"two checks registered for {source}:{entry_id}")
@@ -87,6 +90,12 @@ def compiles(source: str, entry_id: str) -> bool:
 
 def example_cap(source: str, entry_id: str) -> int | None:
     return getattr(check_for(source, entry_id), "max_examples", None)
+
+
+def check_device(source: str, entry_id: str) -> str | None:
+    """The only device type a registered check's promise is about (``check(device=)``), or None."""
+    fn = _CHECKS.get((source, entry_id))
+    return getattr(fn, "device", None) if fn is not None else None
 
 
 def registered_checks(source: str) -> list[str]:

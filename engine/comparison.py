@@ -362,7 +362,8 @@ def compare(actual: Sequence[tuple[str, torch.Tensor]], reference: Sequence[tupl
 def adjudicate(actual: Sequence[tuple[str, torch.Tensor]], reference: Sequence[tuple[str, torch.Tensor]],
                wide: Sequence[tuple[str, torch.Tensor]] | None, rules: Rules = Rules(), *,
                inputs: Mapping[str, torch.Tensor] | None = None, precision: Precision = Precision(),
-               neighbours: Iterable[Sequence[tuple[str, torch.Tensor]] | None] = (), factor: float = 4.0) -> str | None:
+               neighbours: Iterable[Sequence[tuple[str, torch.Tensor]] | None] = (), factor: float = 4.0,
+               reference_noise: bool = True) -> str | None:
     """A second look at a result that missed its (narrow) ``reference``: is it as close to the
     float64 reference ``wide`` (the same program on float64 inputs) as float32 arithmetic gets?
 
@@ -375,14 +376,15 @@ def adjudicate(actual: Sequence[tuple[str, torch.Tensor]], reference: Sequence[t
     output passes when it agrees with ``wide`` cast to its dtype, or when its distance from
     ``wide`` is at most ``factor`` times that noise (an output that is exactly zero in float64,
     like the input gradient of a one-element layer norm, comes out of the same cancelling
-    arithmetic as its neighbours). None: not wrong.
+    arithmetic as its neighbours). ``reference_noise=False``: the noise is the neighbours' alone
+    (where the reference may race, its distance is the difference being judged). None: not wrong.
     """
     problem = compare(actual, reference, rules, inputs=inputs, precision=precision)
     if problem is None or wide is None or [l for l, _ in wide] != [l for l, _ in actual]:
         return problem
     labels = [l for l, _ in wide]
     noise = 0.0
-    for run in [reference, *neighbours]:
+    for run in [*([reference] if reference_noise else []), *neighbours]:
         if run is None or [l for l, _ in run] != labels:
             continue
         noise = max([noise] + [_max_diff(b, w) for (_, b), (_, w) in zip(run, wide)

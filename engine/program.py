@@ -39,6 +39,10 @@ _PREFIX_RECIPES: dict[str, Recipe] = {}
 _TARGETS: dict[str, Any] = {}
 _PREFIX_TARGETS: dict[str, Any] = {}
 _FORMS: dict[str, Any] = {}
+#: op -> the only device type its promise is about (``recipe(device=...)``): a ``skipped`` row
+#: that says it needs that device is not applicable elsewhere (certification checks the plan's
+#: word for it, not the row's).
+_DEVICES: dict[str, str] = {}
 
 
 class NoRecipe(LookupError):
@@ -103,13 +107,14 @@ def _check_spec(op: str, spec: Any) -> None:
     Targets.of(spec)  # raises TargetError on a malformed name
 
 
-def recipe(*ops: str, targets: Any = None, forms: Any = None) -> Callable[[Recipe], Recipe]:
+def recipe(*ops: str, targets: Any = None, forms: Any = None, device: str | None = None) -> Callable[[Recipe], Recipe]:
     """Register ``fn`` as the recipe for each qualified op name in ``ops``, with its targets.
 
     ``forms``: the call forms the sentence covers (``("Tensor.put_", "Tensor.put", "torch.put")``,
     ``("nn.Module", "nn.functional")``, or each dtype the condition names), as a tuple for every
     op, a mapping op -> tuple, or a function entry -> tuple. Every example runs once per form: the recipe reads
-    ``case["form"]``.
+    ``case["form"]``. ``device``: the only device type the op runs on (``"npu"`` for a ``torch_npu``
+    API); the recipe raises :class:`RecipeSkipped` with ``needs_device`` of the same name elsewhere.
     """
 
     def register(fn: Recipe) -> Recipe:
@@ -125,6 +130,8 @@ def recipe(*ops: str, targets: Any = None, forms: Any = None) -> Callable[[Recip
                 _TARGETS[op] = spec
             if form_specs[op]:
                 _FORMS[op] = form_specs[op]
+            if device:
+                _DEVICES[op] = device
         return fn
 
     return register
@@ -198,6 +205,11 @@ def kernels_for(entry: Any, case: Mapping[str, Any], device_type: str) -> tuple[
     if spec is None or spec == NOT_JUDGED:
         return ()
     return Targets.of(spec).kernels_for(device_type)
+
+
+def recipe_device(op: str) -> str | None:
+    """The only device type ``op``'s recipe runs on, where it declares one (``recipe(device=)``)."""
+    return _DEVICES.get(op)
 
 
 def recipe_for(op: str) -> Recipe:

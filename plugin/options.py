@@ -17,6 +17,9 @@ DEFAULT_RESULTS = ((ROOT if (ROOT / "pytest.ini").is_file() else Path.cwd()) / "
 #: also draws the integer literals of 100 or more that it finds in the project's modules, so a
 #: new such literal in a module loaded during a run changes the examples every case draws.)
 MAX_RUNS = 10**3
+#: The most ``--runs`` the stress tier accepts: each of its examples holds up to 4 Mi elements
+#: and thousands of colliding writes, so a run costs seconds; 50 runs of one case are minutes.
+STRESS_MAX_RUNS = 50
 
 # Hypothesis (and torch) are imported only once the options have been checked, so that a
 # usage error comes in well under a second.

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from detconf.vocabulary import DEFAULT_MODES
+from detconf.vocabulary import DEFAULT_MODES, base_profile
 from detconf.plugin.options import ROOT, compilers
 
 
@@ -33,7 +33,7 @@ def rerun_command(config: pytest.Config, node: pytest.Item) -> str:
     for setting in compilers(config):
         if setting != "eager" or len(compilers(config)) > 1:
             args += ["--compile", setting]
-    args += ["--runs", str(option.runs), "--hypothesis-profile", settings._current_profile]
+    args += ["--runs", str(option.runs), "--hypothesis-profile", base_profile(settings._current_profile)]
     if getattr(option, "hypothesis_seed", None) is not None:
         args += ["--hypothesis-seed", str(option.hypothesis_seed)]
     if option.isolate:

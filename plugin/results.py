@@ -100,6 +100,7 @@ class ResultsWriter:
         self.run_record: dict = {}
         self.run_offset = 0  # where this run's run record starts in the file
         self.size = 0  # bytes in the file, as this writer left it
+        self.mtime = 0  # its modification time (ns), as this writer left it
         self.synced = 0.0  # time.monotonic() of the last fsync
         self.write_error: str | None = None
         self.session: pytest.Session | None = None
@@ -199,12 +200,15 @@ class ResultsWriter:
             except OSError:
                 pass
             raise
-        self.size = os.fstat(self.fd).st_size
+        info = os.fstat(self.fd)
+        self.size, self.mtime = info.st_size, info.st_mtime_ns
         self.mine += encoded
 
-    def file_problem(self) -> str | None:
+    def file_problem(self, *, full: bool = False) -> str | None:
         """What happened to the results file since this run last wrote to it, or None: the run
-        knows its file by device and inode (taken when it opened it) and by the size it left."""
+        knows its file by device and inode (taken when it opened it), by the size and modification
+        time it left, and (``full``: at the end of the run, before its answer and matrix) by every
+        byte it wrote, so that a write that keeps the size is caught too."""
         if self.fd is None or self.identity is None:
             return None
         shown = self.config.getoption("--results")
@@ -217,21 +221,35 @@ class ResultsWriter:
         if (info.st_dev, info.st_ino) != self.identity:
             return f"results file {shown} was replaced during the run (another file has its name now)"
         try:
-            size = os.fstat(self.fd).st_size
+            now = os.fstat(self.fd)
         except OSError as exc:
             return f"results file {shown} cannot be checked: {exc.strerror or exc}"
+        size = now.st_size
         if size < self.size:
             return (f"results file {shown} was truncated during the run ({size} bytes; this run had written "
                     f"up to byte {self.size})")
         if size > self.size:
             return (f"results file {shown} was written to by another program during the run "
                     f"({size - self.size} bytes this run did not write)")
+        rewritten = (f"results file {shown} was written to by another program during the run (in place: its size "
+                     "did not change, its bytes did)")
+        if self.mtime and now.st_mtime_ns != self.mtime:
+            return rewritten
+        if full and self.mine:
+            try:
+                with open(self.abspath, "rb") as f:
+                    f.seek(self.run_offset)
+                    on_disk = f.read(self.size - self.run_offset)
+            except OSError as exc:
+                return f"results file {shown} cannot be read back: {exc.strerror or exc}"
+            if on_disk != bytes(self.mine):
+                return rewritten
         return None
 
-    def _check_file(self) -> bool:
+    def _check_file(self, *, full: bool = False) -> bool:
         """Is the results file still this run's own? Otherwise the run stops (see :meth:`_lose`)."""
         if self.lost is None:
-            problem = self.file_problem()
+            problem = self.file_problem(full=full)
             if problem is not None:
                 self._lose(problem)
         return self.lost is None
@@ -342,7 +360,7 @@ class ResultsWriter:
             return
         self.ended = True
         if not self.write_error:
-            self._check_file()
+            self._check_file(full=True)
         empty = not self.planned and not self.written
         if empty and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED  # nothing was tested: not green
@@ -422,7 +440,7 @@ class ResultsWriter:
             return
         tr.section("detconf conformance")
         if self.lost is None and not self.write_error:
-            self._check_file()  # the file the matrix would be built from is still this run's own
+            self._check_file(full=True)  # the file the matrix would be built from is still this run's own
         mine = [line + "\n" for line in self.mine.decode("utf-8", errors="replace").splitlines()
                 if '"record": "end"' not in line]
         runs = 0

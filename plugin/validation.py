@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from detconf.plugin.options import MAX_RUNS, ROOT, is_worker
+from detconf.plugin.options import MAX_RUNS, ROOT, STRESS_MAX_RUNS, is_worker
+from detconf.vocabulary import base_profile
 from detconf.plugin.resultsfile import results_problem, standard_streams
 
 
@@ -116,6 +117,10 @@ def check_options(config: pytest.Config) -> None:
 
     option = config.option
     option.runs = _runs(option.runs)
+    profile = getattr(option, "hypothesis_profile", None)
+    if isinstance(profile, str) and base_profile(profile) == "stress" and option.runs > STRESS_MAX_RUNS:
+        raise pytest.UsageError(f"--runs {option.runs} with the stress profile: each stress example holds up to 4 Mi "
+                                f"elements and every run of it costs seconds; at most {STRESS_MAX_RUNS}")
     option.worker_memory = _worker_memory(option.worker_memory)
     if option.shard is not None:
         from detconf.conformance.shard import ShardError, parse_shard

@@ -12,9 +12,12 @@ import importlib.util
 import os
 import sys
 
+from detconf.cli import REPORT_COMMANDS
 from detconf.reports.safe import terminal
 
 EXIT_OK, EXIT_REGRESSED, EXIT_BAD_INPUT = 0, 1, 2
+#: Every subcommand, in the order usage lines name them (``detconf report`` names the same list).
+COMMANDS = REPORT_COMMANDS
 
 
 def _parser():
@@ -26,7 +29,7 @@ def _parser():
         epilog="Exit status: 0 ok, 1 diff found a regression, 2 bad input (one line on stderr).",
     )
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{build,diff,drift,sensitivity,overview,certify,verify,fingerprints}",
+                                metavar="{" + ",".join(COMMANDS) + "}",
                                 parser_class=ArgumentParser)
 
     p_build = sub.add_parser("build", help="write matrix.csv/.md/.html/.png, results.csv, summary.json")
@@ -48,11 +51,20 @@ def _parser():
     p_cert.add_argument("--allow-plugin", action="append", default=[], metavar="DIST",
                         help="a distribution whose pytest plugin the runs may load (a vendor's backend plugin); "
                              "repeatable; named in the statement")
+    p_cert.add_argument("--declare-math-mode", action="store_true",
+                        help="the runs ran under a float32 math mode that is not torch's default (TF32 or bf16 "
+                             "matmuls): say so in the statement (verify refuses such runs otherwise)")
+    p_cert.add_argument("--sign", metavar="KEY",
+                        help="an OpenSSH private key (no passphrase): sign SHA256SUMS with it (SHA256SUMS.sig)")
+    p_cert.add_argument("--allowed-signers", metavar="FILE",
+                        help="check the new package's signature against this OpenSSH allowed-signers file")
     p_cert.add_argument("--log", action="append", default=[], metavar="FILE",
                         help="a log of the runs to include (repeatable), e.g. pytest's output")
 
     p_verify = sub.add_parser("verify", help="check a certification package; exit 0 only when it holds")
     p_verify.add_argument("package", help="the package folder")
+    p_verify.add_argument("--allowed-signers", metavar="FILE",
+                          help="OpenSSH allowed-signers file: the package must be signed by a key it names")
 
     sub.add_parser("drift", help="doc drift report (reports.drift); arguments are passed on",
                    add_help=False)
@@ -118,14 +130,14 @@ def _run(argv: list[str]) -> int:
         from detconf.reports.verify import verify
 
         pkg = certify(args.results, args.out, product=args.product, vendor=args.vendor, logs=args.log,
-                      allow_plugins=args.allow_plugin)
-        code, lines = verify(str(pkg))
+                      allow_plugins=args.allow_plugin, declare_math_mode=args.declare_math_mode, sign=args.sign)
+        code, lines = verify(str(pkg), allowed_signers=args.allowed_signers)
         emit(terminal("\n".join([f"wrote certification package {pkg}"] + lines)))
         return code
     if args.command == "verify":
         from detconf.reports.verify import verify
 
-        code, lines = verify(args.package)
+        code, lines = verify(args.package, allowed_signers=args.allowed_signers)
         emit(terminal("\n".join(lines)))
         return code
     raise AssertionError(args.command)  # pragma: no cover

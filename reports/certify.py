@@ -22,6 +22,7 @@ import datetime as _dt
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any, Iterable
 
 from detconf.findings_rule import covers
 from detconf.revision import file_digest as sha256_file
-from detconf.vocabulary import FAILING
+from detconf.vocabulary import DEFAULT_MATH_MODE, FAILING
 from detconf.reports.load import load
 from detconf.reports.planned import MISSING, planned_cells
 from detconf.reports.records import ResultsError
@@ -237,10 +238,12 @@ def write_sums(pkg: Path) -> None:
 
 
 def package_files(pkg: Path) -> list[str]:
-    """Every file of a package but ``SHA256SUMS`` (paths relative to it, sorted); a link or
-    anything else that is not a plain file counts too (verify refuses it)."""
+    """Every file of a package but ``SHA256SUMS`` and its signature (paths relative to it,
+    sorted); a link or anything else that is not a plain file counts too (verify refuses it)."""
+    from detconf.reports.signing import SIGNATURE
+
     return sorted(p.relative_to(pkg).as_posix() for p in pkg.rglob("*")
-                  if (p.is_symlink() or not p.is_dir()) and p.relative_to(pkg).as_posix() != SUMS)
+                  if (p.is_symlink() or not p.is_dir()) and p.relative_to(pkg).as_posix() not in (SUMS, SIGNATURE))
 
 
 def _safe_name(index: int, path: Path) -> str:
@@ -251,10 +254,13 @@ def _safe_name(index: int, path: Path) -> str:
 # ----------------------------------------------------------------------------- certify
 
 def certify(paths: list[str], out: str, *, product: str, vendor: str, logs: Iterable[str] = (),
-            findings_file: Path = FINDINGS_FILE, date: str | None = None, allow_plugins: Iterable[str] = ()) -> Path:
+            findings_file: Path = FINDINGS_FILE, date: str | None = None, allow_plugins: Iterable[str] = (),
+            declare_math_mode: bool = False, sign: str | None = None) -> Path:
     """Build a certification package from results files into the new folder ``out``.
     ``allow_plugins``: distributions whose pytest plugins the runs may load besides the known ones
-    (a vendor's own backend plugin), named in the statement."""
+    (a vendor's own backend plugin), named in the statement. ``declare_math_mode``: the runs' float32
+    math modes that are not torch's defaults go into the statement (without it, verify refuses them).
+    ``sign``: an OpenSSH private key that signs ``SHA256SUMS`` (:mod:`detconf.reports.signing`)."""
     for what, value in (("--product", product), ("--vendor", vendor)):
         if not value or not value.strip():
             raise CertifyError(f"certify needs {what} (the {what[2:]} being certified)")
@@ -288,6 +294,7 @@ def certify(paths: list[str], out: str, *, product: str, vendor: str, logs: Iter
     statement = {"format": FORMAT, "product": product.strip(), "vendor": vendor.strip(),
                  "date": date or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                  "allowed_plugins": allowed,
+                 "math_modes": non_default_math_modes(runs) if declare_math_mode else {},
                  **facts(runs, rows, must_pass, waivers, results.digest())}
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -316,6 +323,13 @@ def certify(paths: list[str], out: str, *, product: str, vendor: str, logs: Iter
         write_json(tmp / WAIVERS, waivers)
         write_json(tmp / FINDINGS, findings)
         write_sums(tmp)
+        if sign is not None:
+            from detconf.reports.signing import SigningError, sign as sign_sums
+
+            try:
+                sign_sums(tmp / SUMS, Path(sign))
+            except (SigningError, OSError, subprocess.SubprocessError) as exc:
+                raise CertifyError(f"certify --sign: {exc}") from None
         os.chmod(tmp, 0o755)
         os.rename(tmp, target)
     except OSError as exc:
@@ -325,6 +339,22 @@ def certify(paths: list[str], out: str, *, product: str, vendor: str, logs: Iter
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def non_default_math_modes(runs: list[dict]) -> dict[str, dict[str, str]]:
+    """``{device: {family: precision}}``: the float32 math modes the runs recorded at their start
+    that differ from torch's defaults (:data:`detconf.vocabulary.DEFAULT_MATH_MODE`)."""
+    out: dict[str, dict[str, str]] = {}
+    for run in runs:
+        recorded = (run.get("env") or {}).get("math_mode")
+        for device, default in DEFAULT_MATH_MODE.items():
+            mode = recorded.get(device) if isinstance(recorded, dict) else None
+            if not isinstance(mode, dict):
+                continue
+            for family, value in default.items():
+                if family in mode and mode[family] != value:
+                    out.setdefault(device, {})[family] = str(mode[family])
+    return {d: dict(sorted(f.items())) for d, f in sorted(out.items())}
 
 
 def environment_of(runs: list[dict], ends: dict[str, dict]) -> dict:

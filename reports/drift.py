@@ -34,6 +34,7 @@ from typing import Sequence
 import pandas as pd
 
 from detconf.reports.output import ArgumentParser, check_out_dir, emit, write_files
+from detconf.reports.readfile import BadLine, Unreadable, json_lines, open_regular
 from detconf.reports.records import ResultsError
 from detconf.reports.safe import csv_table, markdown_frame, terminal
 
@@ -88,37 +89,37 @@ def load_history(path: Path = DEFAULT_HISTORY) -> tuple[pd.DataFrame, list[str]]
     sentence as that release documents them; and the releases, oldest first."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HistoryError(f"{path}: cannot read spec history: {getattr(exc, 'strerror', None) or exc}") from None
+        stream = open_regular(path, "a spec-history file")  # a folder, pipe or device: refused unread
+    except Unreadable as exc:
+        raise HistoryError(f"{path}: cannot read spec history: {exc.problem}") from None
     rows = []
     releases: list[str] | None = None
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise HistoryError(f"{path}:{lineno}: not JSON: {getattr(exc, 'msg', exc)}") from None
-        if not isinstance(record, dict):
-            raise HistoryError(f"{path}:{lineno}: expected an entry object, got {type(record).__name__}")
-        bad = [f for f in HISTORY_FIELDS if not isinstance(record.get(f), str) or not record.get(f)]
-        if bad:
-            raise HistoryError(f"{path}:{lineno}: field {bad[0]!r} must be a non-empty string")
-        for name, (valid, what) in _TYPED.items():
-            if name in record and not valid(record[name]):
-                raise HistoryError(f"{path}:{lineno}: field {name!r} must be {what}, got "
-                                   f"{' '.join(json.dumps(record[name], default=str).split())[:40]}")
-        release = record["doc_version"]
-        if not _RELEASE.fullmatch(release):
-            raise HistoryError(f"{path}:{lineno}: doc_version {release[:40]!r} is not a release (X.Y.Z)")
-        if releases is None:
-            releases = known_releases()
-        if releases and release not in releases:
-            raise HistoryError(f"{path}:{lineno}: doc_version {release!r} is not a release whose docs this "
-                               f"checkout keeps ({releases[0]} … {releases[-1]})")
-        rows.append({"release": record["doc_version"], "key": record["entry_id"], "op": record["op"],
-                     "list_name": record["list_name"], "sentence": record["sentence"]})
+    try:
+        with stream:
+            for lineno, record in json_lines(stream, not_json="not JSON: {}"):
+                if not isinstance(record, dict):
+                    raise HistoryError(f"{path}:{lineno}: expected an entry object, got {type(record).__name__}")
+                bad = [f for f in HISTORY_FIELDS if not isinstance(record.get(f), str) or not record.get(f)]
+                if bad:
+                    raise HistoryError(f"{path}:{lineno}: field {bad[0]!r} must be a non-empty string")
+                for name, (valid, what) in _TYPED.items():
+                    if name in record and not valid(record[name]):
+                        raise HistoryError(f"{path}:{lineno}: field {name!r} must be {what}, got "
+                                           f"{' '.join(json.dumps(record[name], default=str).split())[:40]}")
+                release = record["doc_version"]
+                if not _RELEASE.fullmatch(release):
+                    raise HistoryError(f"{path}:{lineno}: doc_version {release[:40]!r} is not a release (X.Y.Z)")
+                if releases is None:
+                    releases = known_releases()
+                if releases and release not in releases:
+                    raise HistoryError(f"{path}:{lineno}: doc_version {release!r} is not a release whose docs this "
+                                       f"checkout keeps ({releases[0]} … {releases[-1]})")
+                rows.append({"release": record["doc_version"], "key": record["entry_id"], "op": record["op"],
+                             "list_name": record["list_name"], "sentence": record["sentence"]})
+    except BadLine as exc:
+        raise HistoryError(f"{path}:{exc.line}: {exc.problem}") from None
+    except OSError as exc:
+        raise HistoryError(f"{path}: cannot read spec history: {exc.strerror or exc}") from None
     if not rows:
         raise HistoryError(f"{path}: no entries")
     table = pd.DataFrame(rows, columns=["release", "key", "op", "list_name", "sentence"])

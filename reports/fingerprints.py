@@ -28,11 +28,15 @@ summary line on standard output.
 The files are read line by line here, not with :func:`reports.load.load`: the CUDA checks of
 the reproducibility notes (cuBLAS workspace) write ``detail.fingerprints`` as a *list* of run
 fingerprints, which that reader rejects; here such a row simply has no per-example fingerprints.
-Every other field is checked as the other reports check it (:func:`reports.records.check_record`).
+They are opened and their lines read by the reports' one reader (:mod:`reports.readfile`: a
+pipe or a device is refused unread, a line is at most 16 MiB of UTF-8 JSON), and every other
+field is checked as the other reports check it (:func:`reports.records.check_record`, device
+names, rows after a run's end record). A and B must be two runs: the same file twice, or a
+cell whose rows in both are one run's (a copy), is refused rather than reported as agreement.
 """
 from __future__ import annotations
 
-import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +45,10 @@ import pandas as pd
 
 from detconf.vocabulary import COMPILERS, DISPLAY_ORDER, MODES, PHASES
 from detconf.reports.output import ArgumentParser, check_out_dir, emit, write_files
-from detconf.reports.records import DEFAULT_PHASE, EAGER, ResultsError, check_record
+from detconf.reports.readfile import BadLine, Unreadable, json_lines, open_regular
+from detconf.reports.records import (
+    DEFAULT_PHASE, EAGER, NAME_FIELDS, ResultsError, after_end_problem, check_record, name_problem, second_end_problem,
+)
 from detconf.reports.safe import csv_table, markdown_frame, md_cell, terminal
 
 #: A cell: what must agree for two rows to describe the same test.
@@ -49,6 +56,8 @@ CELL = ("source", "doc_version", "entry_id", "phase", "device", "mode", "compile
 DETERMINISTIC_MODES = ("error", "warn_only")
 #: Expectations that promise an alert, not determinism.
 ALERTS = ("raises", "warns")
+#: How a line that is not JSON is worded ({}: the decoder's message).
+NOT_JSON = "not JSON (not a results file?): {}"
 STATUSES = ("differs", "same", "not-comparable", "only-in-a", "only-in-b")
 COLUMNS = ("status", "source", "doc_version", "entry_id", "phase", "device", "mode", "compile", "verdict_a",
            "verdict_b", "expected", "examples_compared", "examples_differing", "case_fingerprint",
@@ -64,6 +73,7 @@ class Row:
     fingerprints: dict | None  # example index -> hash; None where the row has none (or not per example)
     fingerprint: str | None  # the case's fingerprint (``detail.fingerprint``)
     torch_version: str
+    run_id: str = ""
 
 
 @dataclass
@@ -79,23 +89,24 @@ def _fail(path: str, line: int | None, problem: str) -> ResultsError:
 
 
 def read(path: str) -> ResultsFile:
-    """The result rows of a results file, the latest row of each cell; one-line errors."""
+    """The result rows of a results file, the latest row of each cell; one-line errors. The file
+    is opened and its lines read and checked by the reports' one reader (:mod:`reports.readfile`:
+    a regular file, lines of at most 16 MiB of UTF-8 JSON); rows after their run's end record and
+    a second end record are refused as :func:`reports.load.load` refuses them."""
     out = ResultsFile(path)
     p = Path(path)
     if p.is_dir():
         raise _fail(path, None, "is a directory, not a results file")
     run_devices: dict[str, dict[tuple, str]] = {}  # run_id -> (device, index) -> model
+    end_lines: dict[str, int] = {}  # run_id -> line of its end record
+    after_end: dict[str, list[int]] = {}  # run_id -> [first line, rows, end line]
     try:
-        with open(p, "rb") as f:
-            for number, raw in enumerate(f, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    rec = json.loads(raw)
-                except UnicodeDecodeError:
-                    raise _fail(path, number, "not UTF-8") from None
-                except (ValueError, RecursionError):
-                    raise _fail(path, number, "not JSON (not a results file?)") from None
+        f = open_regular(p)
+    except Unreadable as exc:
+        raise _fail(path, None, f"cannot read it ({exc.problem})") from None
+    try:
+        with f:
+            for number, rec in json_lines(f, not_json=NOT_JSON):
                 checked = rec
                 if isinstance(rec, dict) and isinstance(rec.get("detail"), dict) \
                         and isinstance(rec["detail"].get("fingerprints"), list):
@@ -109,14 +120,25 @@ def read(path: str) -> ResultsFile:
                     run_devices[rec["run_id"]] = {
                         (d.get("device"), d.get("device_index")): d.get("device_name")
                         for d in devices if isinstance(d, dict) and d.get("device_name")}
+                elif kind == "end":
+                    if rec["run_id"] in end_lines:
+                        raise _fail(path, number, second_end_problem(rec["run_id"], end_lines[rec["run_id"]]))
+                    end_lines[rec["run_id"]] = number
                 elif kind == "result":
                     if rec["run_id"] not in run_devices:
                         raise _fail(path, number, f"result row of run {rec['run_id']!r} comes before any run "
                                                   "record with that run_id")
                     row = _row(rec, run_devices[rec["run_id"]], path, number)
+                    if rec["run_id"] in end_lines:
+                        after_end.setdefault(rec["run_id"], [number, 0, end_lines[rec["run_id"]]])[1] += 1
                     out.rows[row.cell] = row  # a later row of a cell wins
+    except BadLine as exc:
+        raise _fail(path, exc.line, exc.problem) from None
     except OSError as exc:
         raise _fail(path, None, f"cannot read it ({exc.strerror or exc})") from None
+    if after_end:
+        run_id, (first, count, end) = min(after_end.items(), key=lambda item: item[1][0])
+        raise _fail(path, first, after_end_problem(run_id, count, end))
     if not out.rows:
         raise _fail(path, None, "no result records (not a results file?)")
     for row in out.rows.values():
@@ -133,6 +155,10 @@ def _row(rec: dict, devices: dict[tuple, str], path: str, number: int) -> Row:
     for name in ("entry_id", "source", "device", "mode", "verdict"):
         if not rec[name]:
             raise _fail(path, number, f"field {name!r} is empty")
+    for name in NAME_FIELDS:
+        problem = name_problem(name, rec[name])
+        if problem:
+            raise _fail(path, number, problem)
     for name, known in (("verdict", DISPLAY_ORDER), ("mode", MODES), ("phase", PHASES), ("compile", COMPILERS)):
         value = rec["verdict"] if name == "verdict" else values[name]
         if value not in known:
@@ -145,7 +171,24 @@ def _row(rec: dict, devices: dict[tuple, str], path: str, number: int) -> Row:
                                                        if d == rec["device"]), None)
     case = detail.get("fingerprint")
     return Row(tuple(values[n] for n in CELL), rec["verdict"], rec.get("expected"), name, prints,
-               case if isinstance(case, str) else None, rec["torch_version"])
+               case if isinstance(case, str) else None, rec["torch_version"], rec["run_id"])
+
+
+def same_run_problem(a: ResultsFile, b: ResultsFile) -> str | None:
+    """Why A and B cannot be compared: they are one file, or a cell's rows in both are the same
+    run's (a copy of a file): a run compared with itself gives the same bytes whatever the GPUs."""
+    try:
+        same_file = os.path.samefile(a.path, b.path)
+    except OSError:
+        same_file = False
+    if same_file:
+        return (f"{b.path}: the same file as A ({a.path}): fingerprints compares the runs of two GPUs; give two "
+                "different results files")
+    shared = sorted({ra.run_id for cell, ra in a.rows.items() if cell in b.rows and ra.run_id == b.rows[cell].run_id})
+    if shared:
+        return (f"{b.path}: run {shared[0]!r} is A's too ({a.path}): its rows would be compared with themselves "
+                "(B a copy of A?); give the runs of two GPUs")
+    return None
 
 
 def _example_order(key: str) -> tuple:
@@ -285,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             check_out_dir(args.out)
         a, b = read(args.a), read(args.b)
+        problem = same_run_problem(a, b)
+        if problem:
+            raise ResultsError(problem)
         frame = compare(a, b)
         line = summary(a, b, frame)
         text = markdown(a, b, frame, line)

@@ -36,7 +36,6 @@ import collections
 import concurrent.futures
 import dataclasses
 import os
-import stat
 import sys
 from dataclasses import dataclass
 from typing import Iterable
@@ -50,9 +49,10 @@ from detconf.reports import lines as lines_mod
 from detconf.reports.lines import MAX_LINE_BYTES, read_chunks
 from detconf.reports.merge import merge
 from detconf.reports.parse import LineProblem, Part, parse_chunk
+from detconf.reports.readfile import Unreadable, open_regular
 from detconf.reports.records import (
-    COLUMN_KEY, ENTRY_ATTRIBUTES, ENTRY_KEY, MERGE_KEY, TABLE_SCHEMA, ResultsError, fail, first_semantic_problem,
-    normalise,
+    COLUMN_KEY, ENTRY_ATTRIBUTES, ENTRY_KEY, MERGE_KEY, TABLE_SCHEMA, ResultsError, after_end_problem, fail,
+    first_semantic_problem, normalise, second_end_problem,
 )
 from detconf.reports.results import Results
 
@@ -73,6 +73,8 @@ class _File:
     runs: list[tuple[int, dict]] = dataclasses.field(default_factory=list)
     ends: list[tuple[int, dict]] = dataclasses.field(default_factory=list)
     run_lines: dict[str, int] = dataclasses.field(default_factory=dict)  # run_id -> line of its first record
+    end_lines: dict[str, int] = dataclasses.field(default_factory=dict)  # run_id -> line of its end record
+    after_end: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # run_id -> [first line, rows, end line]
     results: int = 0
 
 
@@ -89,7 +91,7 @@ class _Inline:
 
 
 def _run_lines(table: pa.Table, run_lines: dict[str, int]) -> np.ndarray:
-    """Per row, the line of the first record of its run (-1: none yet)."""
+    """Per row, the line of its run's record in ``run_lines`` (-1: none yet)."""
     encoded = pc.dictionary_encode(table.column("run_id")).combine_chunks()
     lookup = np.asarray([run_lines.get(r, -1) for r in encoded.dictionary.to_pylist()] or [-1], dtype=np.int64)
     return lookup[encoded.indices.to_numpy(zero_copy_only=False)]
@@ -107,6 +109,9 @@ def _accept(out: _File, part: Part, first_line: int) -> None:
             if out.run_lines.get(rec["run_id"], line) >= line:
                 raise fail(out.name, line, f"end record of run {rec['run_id']!r} comes before any run record "
                                             "with that run_id")
+            if rec["run_id"] in out.end_lines:  # a run ends once: the writer never writes two
+                raise fail(out.name, line, second_end_problem(rec["run_id"], out.end_lines[rec["run_id"]]))
+            out.end_lines[rec["run_id"]] = line
             out.ends.append((line, rec))
     n = part.table.num_rows
     if not n:
@@ -117,6 +122,14 @@ def _accept(out: _File, part: Part, first_line: int) -> None:
     if bad is not None:
         row, problem = bad
         raise fail(out.name, int(lines[row]), problem)
+    if out.end_lines:  # rows after their run's end record: counted, refused once the file is read
+        ends = _run_lines(table, out.end_lines)
+        after = (ends >= 0) & (lines > ends)
+        if after.any():
+            ids = table.column("run_id").to_pylist()
+            for k in np.flatnonzero(after).tolist():
+                seen = out.after_end.setdefault(ids[k], [int(lines[k]), 0, int(ends[k])])
+                seen[1] += 1
     table = table.select(list(out.keep))
     out.parts.append(table.append_column("file", pa.array(np.full(n, out.index, dtype=np.int32)))
                      .append_column("line", pa.array(lines))
@@ -162,16 +175,11 @@ def read_file(path: str | os.PathLike, want_fingerprints: bool = False, pool=Non
             free.append(buf)
 
     try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise fail(name, None, f"cannot read ({exc.strerror or exc})") from None
-    if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):  # a folder: open() names it below
-        kind = "a pipe" if stat.S_ISFIFO(info.st_mode) else "a device" if (
-            stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)) else "not a regular file"
-        raise fail(name, None, f"cannot read ({kind}, which a reader would wait on; a results file is a "
-                                "regular file)")
+        f = open_regular(path)  # a folder, pipe or device is refused before a byte is read
+    except Unreadable as exc:
+        raise fail(name, None, f"cannot read ({exc.problem})") from None
     try:
-        with open(path, "rb") as f:
+        with f:
             for data, offset in read_chunks(f, buffer):
                 if data is None:
                     while pending:
@@ -185,6 +193,9 @@ def read_file(path: str | os.PathLike, want_fingerprints: bool = False, pool=Non
                 collect()
     except OSError as exc:
         raise fail(name, None, f"cannot read ({exc.strerror or exc})") from None
+    if out.after_end:
+        run_id, (first, count, end) = min(out.after_end.items(), key=lambda item: item[1][0])
+        raise fail(name, first, after_end_problem(run_id, count, end))
     if not out.runs and not out.ends and not out.results:
         raise fail(name, None, "empty file (no records)")
     return out

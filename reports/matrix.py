@@ -24,7 +24,7 @@ from detconf.vocabulary import DEFAULT_SOURCES, SOURCE_NAMES
 from detconf.reports.answer import Answer, answer_for
 from detconf.reports.records import EAGER, PASSING, ROW_FIELDS, VERDICTS
 from detconf.reports.results import Results
-from detconf.reports.safe import csv_arrow, csv_text, holds_any, markdown_table, md_cell, one_line
+from detconf.reports.safe import csv_arrow, csv_text, holds_any, markdown_table, md_cell, one_line, plain_text
 
 #: How a cell that was not run is shown (never the verdict ``missing`` of a planned case without a row).
 NOT_RUN_MARK = "—"
@@ -442,7 +442,7 @@ def write_markdown(matrix: Matrix, results: Results, out: Path, answer: Answer |
     legend = [[v, "yes" if v in PASSING else "no", meaning] for v, meaning in VERDICTS.items()]
     legend.append([NOT_RUN_MARK, "", "not run on that device/mode"])
     parts += [_md_table(legend, ["verdict", "passing", "meaning"]), ""]
-    (out / "matrix.md").write_text("\n".join(parts), encoding="utf-8")
+    (out / "matrix.md").write_text(plain_text("\n".join(parts)), encoding="utf-8")
 
 
 def png_selection(matrix: Matrix, limit: int = PNG_MAX_ENTRIES, rows: np.ndarray | None = None) -> np.ndarray:

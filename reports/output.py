@@ -84,7 +84,14 @@ def check_targets(out: Path, names) -> None:
 
 
 def write_files(out_dir: str | os.PathLike, files: dict[str, str]) -> Path:
-    """Write ``name -> text`` (UTF-8) into ``out_dir`` (made if needed): all files or none."""
+    """Write ``name -> text`` (UTF-8) into ``out_dir`` (made if needed): all files or none. The
+    characters no output shows (:mod:`reports.safe`) are ``?`` in every report, whoever made its
+    text: Markdown, HTML, text and CSV (which keeps its carriage returns: quoted, they are its
+    fields' line breaks); other files (data) are written as given."""
+    from detconf.reports.safe import csv_file_text, plain_text
+
+    readable = {".md": plain_text, ".html": plain_text, ".txt": plain_text, ".csv": csv_file_text}
+    files = {name: readable.get(Path(name).suffix, str)(text) for name, text in files.items()}
     out = make_out_dir(out_dir)
     check_targets(out, files)
     temps: dict[str, str] = {}

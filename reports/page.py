@@ -25,7 +25,7 @@ from detconf.reports.matrix import (
 from detconf.reports.ordering import device_key
 from detconf.reports.records import PASSING, VERDICTS
 from detconf.reports.results import Results
-from detconf.reports.safe import one_line
+from detconf.reports.safe import one_line, plain_text
 
 #: Up to this many cells, every cell is in the cells table with its evidence.
 HTML_MAX_CELLS = 20_000
@@ -372,4 +372,5 @@ def write_html(matrix: Matrix, results: Results, out: Path, answer: Answer | Non
         entry_headings=[HEADINGS[c] for c in entry_cols],
         body=Markup(_matrix_body(matrix, entry_cols, links)),
     )
-    (out / "matrix.html").write_text(page, encoding="utf-8")
+    # Whatever reached the page, no escape sequence, bidi override or zero-width character does.
+    (out / "matrix.html").write_text(plain_text(page), encoding="utf-8")

@@ -42,6 +42,9 @@ def planned_problem(rec: dict) -> str | None:
             return f"run record: planned_entries[{k}].doc_version must be a string or null"
         if entry.get("position") is not None and type(entry["position"]) is not int:
             return f"run record: planned_entries[{k}].position must be an integer or null"
+        for name in ("needs_device", "torch"):
+            if entry.get(name) is not None and type(entry[name]) is not str:
+                return f"run record: planned_entries[{k}].{name} must be a string or null"
     ids: set[str] = set()
     for k, case in enumerate(cases):
         if type(case) is not dict:

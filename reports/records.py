@@ -9,6 +9,7 @@ in front of it (:class:`ResultsError`).
 from __future__ import annotations
 
 import math
+import unicodedata
 
 import numpy as np
 import pyarrow as pa
@@ -60,6 +61,12 @@ REQUIRED_STR = (
     "device", "mode", "verdict", "torch_version",
 )
 _NON_EMPTY = ("entry_id", "source", "device", "mode", "verdict", "torch_version")
+#: Fields that name a matrix column (a device type, a torch version): a name, never padded or
+#: spaced (``"cpu "`` is not a device, and would make a column of its own beside ``cpu``).
+NAME_FIELDS = ("device", "torch_version")
+#: What a name may not hold: spaces and separators (Z*), control, format (bidi, zero-width),
+#: private-use and surrogate characters (C*).
+_NOT_IN_NAMES = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf", "Co", "Cs"})
 _REQUIRED = frozenset(REQUIRED_STR)
 FIELD_KINDS: dict[str, str] = {
     "run_id": "str", "entry_id": "str", "op": "str", "sentence": "str", "source": "str",
@@ -268,6 +275,11 @@ def first_semantic_problem(table: pa.Table, lines: np.ndarray, run_lines: np.nda
     """(row, problem) for the first row of ``table`` (TABLE_SCHEMA, normalised) that a
     column-wise check rejects; ``run_lines``: per row, the line of its run's record (-1: none)."""
     checks = [pc.equal(table.column(name), "") for name in _NON_EMPTY]
+    for name in NAME_FIELDS:  # few distinct names: each checked once
+        column = table.column(name)
+        bad_names = [v for v in pc.unique(column).to_pylist() if v is not None and name_problem(name, v)]
+        if bad_names:
+            checks.append(pc.fill_null(pc.is_in(column, value_set=pa.array(bad_names, pa.string())), False))
     checks.append(pc.invert(pc.is_in(table.column("verdict"), value_set=pa.array(list(VERDICTS)))))
     checks.append(pc.invert(pc.is_in(table.column("mode"), value_set=pa.array(list(MODES)))))
     checks.append(pc.invert(pc.is_in(table.column("phase"), value_set=pa.array(list(PHASES)))))
@@ -290,10 +302,35 @@ def first_semantic_problem(table: pa.Table, lines: np.ndarray, run_lines: np.nda
     return row, _semantic_problem(rec)
 
 
+def name_problem(name: str, value: str) -> str | None:
+    """What is wrong with ``value`` as the name in field ``name`` (one of NAME_FIELDS): a space,
+    a control or format character anywhere in it (the plugin refuses such a ``--device``)."""
+    if value and any(unicodedata.category(c) in _NOT_IN_NAMES for c in value):
+        return (f"field {name!r} must be a name without spaces or control characters, got {value!r}"
+                + (" (spaces around it)" if value != value.strip() else ""))
+    return None
+
+
+def after_end_problem(run_id: str, count: int, end_line: int) -> str:
+    """Rows of a run after its end record (the suite writes none there: something appended them)."""
+    return (f"run {run_id!r}: {count} row(s) after its end record (line {end_line}): the suite writes no row "
+            "after a run's end record, so something else appended them; give the file as the run wrote it")
+
+
+def second_end_problem(run_id: str, first_line: int) -> str:
+    """A second end record of one run (a run ends once)."""
+    return (f"a second end record of run {run_id!r} (the first is at line {first_line}): a run ends once, so "
+            "something else appended it; give the file as the run wrote it")
+
+
 def _semantic_problem(rec: dict) -> str:
     for name in _NON_EMPTY:
         if not rec[name]:
             return f"field {name!r} is empty"
+    for name in NAME_FIELDS:
+        problem = name_problem(name, rec[name])
+        if problem:
+            return problem
     if rec["verdict"] not in VERDICTS:
         return f"unknown verdict {rec['verdict']!r}"
     if rec["mode"] not in MODES:

@@ -18,11 +18,11 @@ from pathlib import Path
 from detconf.findings_rule import torch_in, torch_range
 from detconf.vocabulary import FAILING
 from detconf.vocabulary import (DEFAULT_COMPILERS, DEFAULT_MODES, DEFAULT_SOURCES, HYPOTHESIS_PROFILES,
-                                KNOWN_PLUGIN_DISTRIBUTIONS)
+                                KNOWN_PLUGIN_DISTRIBUTIONS, base_profile)
 from detconf.reports.certify import (
     ALLOWED, ENV_REQUIRED, ENVIRONMENT, FINDINGS, FINDINGS_FILE, FINDINGS_IN_REPO, FORMAT, FORMATS, GIVEN, MUST_PASS,
     ROOT, STATEMENT, SUMS, WAIVERS, CertifyError, _finding_matches, cell_name, cell_of, environment_of, facts,
-    must_pass_of, package_files, read_runs, sha256_file,
+    must_pass_of, non_default_math_modes, package_files, read_runs, sha256_file,
 )
 from detconf.reports.load import load
 from detconf.reports.records import ResultsError
@@ -152,6 +152,34 @@ class _Check:
                                  f"(it ran {_short(chosen)}); a certification covers at least "
                                  f"{', '.join(default)}")
 
+    # -- who signed it
+    def signature(self, allowed_signers: str | None) -> str | None:
+        """The principal whose key signed ``SHA256SUMS`` (``allowed_signers`` given), else None;
+        a missing or bad signature is a problem only when signers are given."""
+        from detconf.reports.signing import SIGNATURE, SigningError, signer
+
+        sig = self.pkg / SIGNATURE
+        if allowed_signers is None:
+            if sig.exists():
+                self.notes.append(f"note: {SIGNATURE} is there but was not checked (verify --allowed-signers FILE "
+                                  "says who signed)")
+            return None
+        if sig.is_symlink() or not sig.is_file():
+            self.problem(f"the package is not signed ({SIGNATURE} is missing) and --allowed-signers asks for a "
+                         "signature")
+            return None
+        if not (self.pkg / SUMS).is_file():
+            return None  # said by the digests
+        try:
+            principal, words = signer(self.pkg / SUMS, sig, Path(allowed_signers))
+        except (SigningError, OSError, subprocess.SubprocessError) as exc:
+            raise CertifyError(f"verify --allowed-signers: {exc}") from None
+        if principal is None:
+            self.problem(f"{SIGNATURE}: {words}")
+            return None
+        self.notes.append(f"signed by {principal} ({words})")
+        return principal
+
     # -- what the runs loaded
     def loaded(self, runs: list[dict], rows: list[dict], statement) -> None:
         """Nothing but the certified suite decided the rows: the suite's own derandomized profile
@@ -170,7 +198,8 @@ class _Check:
                              "before the run record said): run the suite again to certify")
                 continue
             profile = env.get("hypothesis_profile")
-            defined = HYPOTHESIS_PROFILES.get(profile) if isinstance(profile, str) else None
+            # --hypothesis-verbosity renames the profile (stress-with-verbose-verbosity): its settings decide
+            defined = HYPOTHESIS_PROFILES.get(base_profile(profile)) if isinstance(profile, str) else None
             if defined is None:
                 self.problem(f"run {rid}: Hypothesis profile {_short(profile)} is not one of the suite's "
                              f"({', '.join(HYPOTHESIS_PROFILES)})")
@@ -205,6 +234,14 @@ class _Check:
                              f"({_short(dist or 'no distribution')}"
                              f"{' ' + str(item.get('version')) if item.get('version') else ''}), which the statement "
                              "does not allow (certify --allow-plugin DIST)")
+        declared = statement.get("math_modes") if isinstance(statement, dict) else None
+        recorded = non_default_math_modes(runs)
+        if recorded and declared != recorded:
+            shown = "; ".join(f"{d} {f} {v}" for d, fam in recorded.items() for f, v in fam.items())
+            self.problem(f"the runs' float32 math mode is not torch's default ({shown}) and the statement does not "
+                         "declare it (certify --declare-math-mode)")
+        elif not recorded and declared:
+            self.problem(f"{STATEMENT}: 'math_modes' declares {_short(declared)}, the runs recorded torch's defaults")
         after = Counter(r.get("run_id") for r in rows if r.get("_after_end"))
         for rid, count in sorted(after.items(), key=lambda kv: str(kv[0])):
             self.problem(f"run {rid}: {count} row(s) after its end record")
@@ -280,6 +317,8 @@ class _Check:
             self.problem(f"row for {cell_name(cell)} is not a must-pass case")
         waived = {(cell_of(w.get("case") or {}), w.get("verdict")) for w in waivers if isinstance(w, dict)}
         judged = {run["run_id"]: _torch_under_test(run) for run in runs}
+        entries = {(run["run_id"], e.get("source"), e.get("entry_id"), e.get("doc_version")): e
+                   for run in runs for e in run.get("planned_entries") or [] if isinstance(e, dict)}
         for row in rows:
             verdict, cell = row["verdict"], cell_of(row)
             if verdict in ALLOWED:
@@ -288,7 +327,8 @@ class _Check:
                 detail = row.get("detail") or {}
                 if not any(isinstance(detail.get(k), str) and detail[k].strip() for k in ("unsupported", "reason")):
                     self.problem(f"{cell_name(cell)}: unsupported without a reason")
-            elif verdict == "skipped" and _not_applicable(row, judged.get(row.get("run_id"))):
+            elif verdict == "skipped" and _not_applicable(row, judged.get(row.get("run_id")), entries.get(
+                    (row.get("run_id"), row.get("source"), row.get("entry_id"), row.get("doc_version")))):
                 continue
             elif verdict in FAILING and verdict != "missing" and (cell, verdict) in waived:
                 continue
@@ -411,8 +451,9 @@ class _Check:
                 self.problem(f"{STATEMENT}: '{name}' says {_short(statement.get(name))}, the results say {_short(value)}")
 
 
-def verify(pkg_path: str) -> tuple[int, list[str]]:
-    """``(exit status, lines)`` for the package at ``pkg_path``."""
+def verify(pkg_path: str, allowed_signers: str | None = None) -> tuple[int, list[str]]:
+    """``(exit status, lines)`` for the package at ``pkg_path``. ``allowed_signers``: an OpenSSH
+    allowed-signers file; the package must then be signed by a key it names (the line says whose)."""
     pkg = Path(pkg_path)
     if not pkg.is_dir():
         raise CertifyError(f"{pkg_path}: not a package folder")
@@ -448,12 +489,14 @@ def verify(pkg_path: str) -> tuple[int, list[str]]:
             check.cases(runs, rows, ends, waivers)
             check.environment(runs, ends)
             check.statement(statement, runs, rows, waivers, merged.digest(), ends)
+    signed_by = check.signature(allowed_signers)
     lines = list(check.notes) + list(dict.fromkeys(check.problems))
     if check.problems:
         lines.append(f"REFUSED: {pkg_path}: {len(set(check.problems))} problem(s)")
         return 1, lines
     lines.append(f"verified: {pkg_path}: {statement.get('cases')} must-pass cases, one row each; "
-                 f"{statement.get('waived')} waived by recorded findings; revision {statement['suite']['commit']}")
+                 f"{statement.get('waived')} waived by recorded findings; revision {statement['suite']['commit']}"
+                 + (f"; signed by {signed_by}" if signed_by else ""))
     return 0, lines
 
 
@@ -485,20 +528,23 @@ def _torch_under_test(run: dict) -> str:
     return str(env.get("doc_version") or env.get("torch_version") or "")
 
 
-def _not_applicable(row: dict, torch_under_test: str | None = None) -> bool:
+def _not_applicable(row: dict, torch_under_test: str | None = None, planned: dict | None = None) -> bool:
     """A ``skipped`` row whose promise does not apply here: it is about another device type
     (``detail.needs_device``: a cuBLAS note on a non-CUDA device, a torch_npu API off the NPU),
     or about other torch releases (``detail.needs_torch``, the entry's range, which leaves out
-    ``torch_under_test``: the cuBLAS workspace sentence of the docs of torch < 2.10 on 2.11). A
-    skip on the device it needs (the device was absent), or a range that holds the torch under
-    test, stays refused."""
+    ``torch_under_test``: the cuBLAS workspace sentence of the docs of torch < 2.10 on 2.11). The
+    row's word is taken only where its planned entry (``planned``, from the run record, written
+    before any case ran) says the same: the device its check or recipe declares, the entry's own
+    range. A skip on the device it needs (the device was absent), a range that holds the torch
+    under test, or a row the plan does not back stays refused."""
     detail = row.get("detail") or {}
+    planned = planned or {}
     needs = detail.get("needs_device")
     device = str(row.get("device") or "").split(":")[0]
     if isinstance(needs, str) and bool(needs) and bool(device) and needs != device:
-        return True
+        return planned.get("needs_device") == needs
     needs_torch = detail.get("needs_torch")
-    if not isinstance(needs_torch, str) or not torch_under_test:
+    if not isinstance(needs_torch, str) or not torch_under_test or planned.get("torch") != needs_torch:
         return False
     from packaging.version import Version
 

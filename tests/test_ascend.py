@@ -244,3 +244,18 @@ def test_torch_npu_recipes_run_against_a_stand_in(entry: Entry, monkeypatch):
         assert obs.error is None and obs.unsupported is None, f"{obs.error or obs.unsupported}\n{program.repro}"
 
     check()
+
+
+def test_every_torch_npu_api_and_cuda_note_declares_the_device_its_promise_is_about():
+    """Certification accepts a skip 'about another device' only where the plan says so
+    (``needs_device`` of the planned entry, from ``recipe(device=)`` / ``check(device=)``): each
+    recipe that raises ``RecipeSkipped(needs_device="npu")`` declares it, and nothing else does."""
+    from detconf.conformance.planned import needs_device
+    from detconf.engine.checks import registered_checks
+
+    npu = [e for e in ENTRIES if e.op.startswith("torch_npu.")]
+    assert npu and all(needs_device(e.source, e.id, e.op) == "npu" for e in npu)
+    assert all(needs_device(e.source, e.id, e.op) is None for e in PLAIN_TORCH)
+    cuda = [i for i in registered_checks("repro-notes") if needs_device("repro-notes", i, None)]
+    assert {needs_device("repro-notes", i, None) for i in cuda} == {"cuda"}
+    assert all(i.startswith(("CUBLAS_WORKSPACE_CONFIG=", "cudnn.")) for i in cuda), cuda

@@ -201,15 +201,39 @@ def test_a_skip_that_is_not_about_another_device_is_refused(pkg, needs):
     _refused(pkg, "verdict skipped is not allowed")
 
 
+@pytest.mark.parametrize("needs", ["npu", "cuda"])
+def test_a_skip_the_planned_entry_does_not_back_is_refused(pkg, needs):
+    """C17: a conforming row turned into a skip 'about another device' by editing the row alone:
+    the plan (written before any case ran) does not say its entry is about that device."""
+    def change(rs):
+        row = next(r for r in rs if r["record"] == "result" and r["verdict"] == "conforms")
+        row["verdict"], row["detail"] = "skipped", {"reason": "needs another device", "needs_device": needs}
+        return rs
+    _rewrite_results(pkg, change)
+    write_sums(pkg)
+    _refused(pkg, "verdict skipped is not allowed")
+
+
+def test_the_plan_names_the_device_of_the_entries_about_one(package):
+    run = json.loads(next((package / "results").iterdir()).read_text().splitlines()[0])
+    about = {e["entry_id"]: e["needs_device"] for e in run["planned_entries"] if e["needs_device"]}
+    assert about and set(about.values()) == {"cuda"} and all(k.startswith("cudnn.") for k in about), about
+
+
 @pytest.mark.parametrize(("needs_torch", "accepted"), [("<2.0", True), (">=99", True), (">=2.0", False), ("2.0", False)])
 def test_a_promise_about_other_torch_releases_is_not_applicable(pkg, needs_torch, accepted):
     """A skip saying the entry's torch range (``detail.needs_torch``) leaves out the torch under
     test is accepted; a range that holds it (or is no range) is not: the case should have run."""
     def change(rs):
+        skipped = set()
         for row in rs:
             if row["record"] == "result" and row["verdict"] == "skipped":
                 row["detail"] = {"reason": "not applicable: the promise is made by the docs of torch "
                                            f"{needs_torch} only", "needs_torch": needs_torch}
+                skipped.add((row["source"], row["entry_id"]))
+        for entry in rs[0]["planned_entries"]:  # the entries' own ranges say the same
+            if (entry["source"], entry["entry_id"]) in skipped:
+                entry["torch"] = needs_torch
         return rs
     _rewrite_results(pkg, change)
     if accepted:  # the statement names the rows' digest: a resubmission says the new one
@@ -306,6 +330,34 @@ def test_a_plugin_the_statement_allows_is_accepted_and_named(pkg):
     write_sums(pkg)
     code, lines = verify(str(pkg))
     assert code == 0, lines
+
+
+def _bf16_matmuls(rs):
+    rs[0]["env"]["math_mode"]["cpu"]["matmul"] = "bf16"  # torch.set_float32_matmul_precision("medium")
+    rs[0]["env"]["math_mode"]["cpu"]["settings"]["float32_matmul_precision"] = "medium"
+    return rs
+
+
+def test_a_run_under_another_math_mode_is_refused_unless_the_statement_declares_it(pkg, tmp_path):
+    """C02: bf16 matmuls certify like IEEE ones only when the statement says so."""
+    _rewrite_results(pkg, _bf16_matmuls)
+    write_sums(pkg)
+    _refused(pkg, "float32 math mode is not torch's default (cpu matmul bf16) and the statement does not declare it")
+    results = next((pkg / "results").iterdir())
+    run = json.loads(results.read_text().splitlines()[0])
+    made = _reports("certify", str(results), "--out", str(tmp_path / "declared"), "--product", "x86-64 CPU",
+                    "--vendor", "Example Inc.", "--declare-math-mode", *allow_this_machines_plugins(run))
+    assert made.returncode == 0, made.stdout + made.stderr
+    statement = json.loads((tmp_path / "declared" / "statement.json").read_text())
+    assert statement["math_modes"] == {"cpu": {"matmul": "bf16"}}
+
+
+def test_a_declared_math_mode_the_runs_did_not_have_is_refused(pkg):
+    statement = json.loads((pkg / "statement.json").read_text())
+    statement["math_modes"] = {"cpu": {"matmul": "bf16"}}
+    (pkg / "statement.json").write_text(json.dumps(statement))
+    write_sums(pkg)
+    _refused(pkg, "'math_modes' declares")
 
 
 def test_a_row_after_the_end_record_is_refused(pkg):
@@ -453,3 +505,75 @@ def test_outside_a_repository_the_revision_is_not_looked_up_and_it_says_so(pkg, 
     has_waivers = bool(json.loads((pkg / "waivers.json").read_text()))
     assert has_waivers == bool(_recorded_findings_of_the_run())
     assert any(line.startswith("note: waivers checked against") for line in lines) == has_waivers
+
+
+# ----------------------------------------------------------------------------- signed packages
+
+def _key(folder: Path, principal: str) -> tuple[Path, str]:
+    """A fresh OpenSSH ed25519 key (no passphrase) and its allowed-signers line."""
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("ssh-keygen (OpenSSH) is not installed")
+    key = folder / principal.split("@")[0]
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", principal, "-f", str(key)], check=True,
+                   capture_output=True, timeout=60)
+    return key, f"{principal} {key.with_suffix('.pub').read_text().split()[0]} " \
+                f"{key.with_suffix('.pub').read_text().split()[1]}\n"
+
+
+@pytest.fixture(scope="module")
+def signed(package, tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("signed")
+    key, line = _key(folder, "vendor@example.com")
+    other, other_line = _key(folder, "mallory@example.com")
+    (folder / "allowed_signers").write_text(line)
+    results = next((package / "results").iterdir())
+    run = json.loads(results.read_text().splitlines()[0])
+    made = _reports("certify", str(results), "--out", str(folder / "pkg"), "--product", "x86-64 CPU", "--vendor",
+                    "Example Inc.", "--sign", str(key), "--allowed-signers", str(folder / "allowed_signers"),
+                    *allow_this_machines_plugins(run))
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert made.stdout.splitlines()[-1].endswith("; signed by vendor@example.com"), made.stdout
+    return {"pkg": folder / "pkg", "allowed": folder / "allowed_signers", "other": other, "results": results,
+            "run": run, "folder": folder}
+
+
+def test_a_signed_package_says_who_signed_it(signed, tmp_path):
+    pkg = tmp_path / "pkg"
+    shutil.copytree(signed["pkg"], pkg)
+    code, lines = verify(str(pkg), allowed_signers=str(signed["allowed"]))
+    assert code == 0 and lines[-1].endswith("signed by vendor@example.com"), lines
+    code, lines = verify(str(pkg))  # no signers given: accepted, and the signature said unchecked
+    assert code == 0 and any("SHA256SUMS.sig is there but was not checked" in line for line in lines), lines
+
+
+def test_a_package_changed_after_signing_is_refused_even_with_consistent_digests(signed, tmp_path):
+    pkg = tmp_path / "pkg"
+    shutil.copytree(signed["pkg"], pkg)
+    statement = json.loads((pkg / "statement.json").read_text())
+    statement["vendor"] = "Someone Else"
+    (pkg / "statement.json").write_text(json.dumps(statement))
+    write_sums(pkg)  # the forger recomputes the digests; the signature is over the old ones
+    assert verify(str(pkg))[0] == 0  # consistency alone cannot tell
+    code, lines = verify(str(pkg), allowed_signers=str(signed["allowed"]))
+    assert code == 1 and any(line.startswith("SHA256SUMS.sig: the signature does not match") for line in lines), lines
+
+
+def test_a_key_the_allowed_signers_do_not_name_is_refused(signed, tmp_path):
+    made = _reports("certify", str(signed["results"]), "--out", str(tmp_path / "pkg"), "--product", "X", "--vendor",
+                    "Y", "--sign", str(signed["other"]), *allow_this_machines_plugins(signed["run"]))
+    assert made.returncode == 0, made.stdout + made.stderr
+    code, lines = verify(str(tmp_path / "pkg"), allowed_signers=str(signed["allowed"]))
+    assert code == 1 and any("the key that signed it is not in" in line for line in lines), lines
+
+
+def test_an_unsigned_package_is_refused_when_signers_are_asked_for(pkg, signed):
+    code, lines = verify(str(pkg), allowed_signers=str(signed["allowed"]))
+    assert code == 1 and any("the package is not signed (SHA256SUMS.sig is missing)" in line for line in lines), lines
+
+
+def test_a_key_that_cannot_sign_is_one_line_and_no_package(signed, tmp_path):
+    (tmp_path / "notakey").write_text("hello\n")
+    made = _reports("certify", str(signed["results"]), "--out", str(tmp_path / "pkg"), "--product", "X", "--vendor",
+                    "Y", "--sign", str(tmp_path / "notakey"))
+    assert made.returncode == 2 and len(made.stderr.strip().splitlines()) == 1, made.stderr
+    assert "certify --sign:" in made.stderr and not (tmp_path / "pkg").exists()

@@ -397,3 +397,24 @@ def test_the_gpu_fixture_rows_are_copied_from_the_evidence_files():
                                  for r in map(json.loads, (CUDA_EVIDENCE / name).read_text(encoding="utf-8").splitlines())
                                  if r.get("record") == "result"}
         assert tuple(row.get(k) for k in fields) in source_rows[name], _cell(row)
+
+
+@pytest.mark.parametrize(("spec", "version", "inside"), [
+    ("==2.13.0+cpu", "2.13.0+cpu", True),    # K02: a finding pinned to a build covers that build
+    ("==2.13.0+cpu", "2.13.0+cu130", False),
+    ("==2.13.0", "2.13.0+cpu", True),
+    (">=2.16", "2.16.0a0+git1234", True),    # a nightly counts as its release
+    ("<2.16", "2.16.0a0+git1234", False),
+])
+def test_a_range_reads_builds_and_nightlies_as_a_user_means_them(spec, version, inside):
+    from detconf.findings_rule import torch_in, torch_range
+
+    assert torch_in(version, torch_range(spec)) is inside
+
+
+@pytest.mark.parametrize("spec", [">=2.11,<2.0", ">=2.11,<2.11", "<2.0,>2.0", "==2.5,==2.6"])
+def test_a_range_no_release_is_in_is_refused(spec):
+    from detconf.findings_rule import torch_range
+
+    with pytest.raises(ValueError, match="matches no torch release"):
+        torch_range(spec)

@@ -327,6 +327,13 @@ DATA_CASES = {
                               "known finding #0 ('set_deterministic_debug_mode->inductor.config.deterministic'): "
                               "field 'torch' is '2.13'"),
     "findings-trailing-comma": ("known-findings.json", _set(0, "torch", ">=2.13,"), "(empty clause)"),
+    # K01: a range no release is in never waives anything: said, not silently loaded.
+    "findings-empty-range": ("known-findings.json", _set(0, "torch", ">=2.11,<2.0"),
+                             "field 'torch' is '>=2.11,<2.0' (matches no torch release)"),
+    # K03: the same finding twice with another reason: the second is dead.
+    "findings-repeated": ("known-findings.json", lambda items: items.insert(1, dict(items[0], why="another reason")),
+                          "known finding #1 ('set_deterministic_debug_mode->inductor.config.deterministic') repeats "
+                          "known finding #0"),
     "findings-passing-verdict": ("known-findings.json", _set(0, "verdict", "conforms"),
                                  "field 'verdict' is 'conforms', expected one of 'nondeterministic'"),
     "findings-unknown-key": ("known-findings.json", _set(0, "versions", ">=2.11"), "unknown field 'versions'"),
@@ -522,8 +529,9 @@ def test_a_controller_that_dies_leaves_its_plan_and_rows(tmp_path):
 
 def test_a_results_file_that_fills_up_mid_run_stops_the_run_without_a_broken_line(tmp_path):
     results = tmp_path / "r.jsonl"
-    # room for the run record (it lists the planned cases) and a few rows, not for all 16
-    out = run_pytest(*SIXTEEN, "--no-report-build", "--results", str(results), fsize=16384)
+    # room for the run record (about 11 KiB: it lists the planned cases and what the run loaded)
+    # and a few rows, not for all 16 (about 1.7 KiB each)
+    out = run_pytest(*SIXTEEN, "--no-report-build", "--results", str(results), fsize=24576)
     assert out.returncode != 0 and "Traceback" not in out.stdout + out.stderr
     assert f"results incomplete: cannot write results file {results}: File too large" in out.stdout
     [run] = runs_in(results)  # every line is whole JSON
@@ -602,3 +610,15 @@ def test_the_rerun_hint_reproduces_the_case_from_any_folder_and_under_last_faile
     assert run["run"]["env"]["runs"] == 3 and run["run"]["env"]["hypothesis_profile"] == "ci"
     assert [(r["entry_id"], r["mode"], r["verdict"]) for r in run["rows"]] == [
         (f"use_deterministic_algorithms(warn_only)->{ENTRY}", "warn_only", "violated")]
+
+
+@pytest.mark.parametrize("profile", ["stress", "stress-with-verbose-verbosity"])
+def test_more_runs_than_the_stress_tier_can_afford_is_a_usage_error(profile, tmp_path):
+    """S06: --runs 1000 in the stress tier ran for days without a word."""
+    results = tmp_path / "r.jsonl"
+    args = ["--device", "cpu", "--source", "flag-api", "-n", "0", "-p", "no:cacheprovider", "--runs", "1000",
+            "--results", str(results), "--hypothesis-profile", "stress"]
+    if profile != "stress":
+        args += ["--hypothesis-verbosity", "verbose"]
+    assert_usage_error(run_pytest(*args), "--runs 1000 with the stress profile")
+    assert not results.exists()

@@ -61,6 +61,14 @@ def pytest_runtest_call(item):
         os.unlink(path)
     elif action == "truncate":
         open(path, "w").close()
+    elif action.startswith("inplace"):  # P03: the same number of bytes, in place
+        before = os.stat(path)
+        with open(path, "r+b") as f:
+            data = f.read()
+            f.seek(data.index(b'"verdict": "conforms"'))
+            f.write(b'"verdict": "violated"')
+        if action == "inplace-keep-mtime":  # and the modification time put back
+            os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
 '''
 
 
@@ -105,6 +113,25 @@ def test_M_results_truncated(tmp_path):
     out, results, _ = _tampered(tmp_path, "truncate")
     _assert_the_run_knew(out, results, "truncated")
     assert results.read_bytes() == b""
+
+
+def test_P03_a_same_size_write_in_place_is_caught(tmp_path):
+    out, results, _ = _tampered(tmp_path, "inplace")
+    _assert_the_run_knew(out, results, "written to by another program")
+    assert "in place: its size did not change" in out.stdout
+
+
+def test_P03_a_same_size_write_that_keeps_the_mtime_is_caught_before_the_answer(tmp_path):
+    """Caught by the end-of-run read-back of every byte the run wrote: the run's answer and the
+    matrix never disagree with the file."""
+    out, results, _ = _tampered(tmp_path, "inplace-keep-mtime")
+    assert out.returncode not in (0, 4, 5), _shown(out)
+    said = [line for line in out.stdout.splitlines() if line.startswith("results incomplete: ")]
+    assert len(said) == 1 and "in place: its size did not change" in said[0], _shown(out)
+    assert not (results.parent / "r-report").exists()  # no matrix from a file that is not the run's
+    [rescued] = results.parent.glob("r.rescued-*.jsonl")
+    [run] = runs_in(rescued)  # this run's own lines, as it wrote them
+    assert all(r["verdict"] != "violated" for r in run["rows"])
 
 
 def test_RP_mid_garbage(tmp_path):

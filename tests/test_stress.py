@@ -139,3 +139,51 @@ def test_stress_rows_reproduce_from_their_repro(stress):
     for name, tensor in prog.inputs.items():
         assert torch.equal(namespace[name], tensor), name
     assert math.prod(prog.inputs["index"].shape) >= 1000
+
+
+@pytest.mark.parametrize("renamed", ["stress-with-verbose-verbosity", "stress-with-quiet-verbosity-with-explain-phase"])
+def test_a_verbosity_flag_keeps_the_stress_tier(renamed):
+    """S08: Hypothesis's plugin re-registers the chosen profile under a new name for
+    --hypothesis-verbosity / --hypothesis-explain; the stress scale stays on (it fell back to
+    'small'), and an isolated child, where the new name is not registered, loads 'stress'."""
+    before = settings._current_profile
+    try:
+        settings.register_profile(renamed, parent=settings.get_profile("stress"), verbosity=settings().verbosity)
+        profiles.load(renamed)
+        assert strategies.current_scale() == "stress" and settings().max_examples == 2
+        del settings._profiles[renamed]
+        profiles.load(renamed)  # as in a child process
+        assert settings._current_profile == "stress" and strategies.current_scale() == "stress"
+    finally:
+        settings._profiles.pop(renamed, None)
+        profiles.load(before)
+
+
+def _bins(x: torch.Tensor, reverse: bool) -> torch.Tensor:
+    """16 bins of 262,144 float32 terms each, each summed one term after another in float32 (a
+    long accumulation, as put_(accumulate=True) does), front to back or back to front."""
+    import numpy as np
+
+    rows = x.view(-1, 16).numpy()
+    rows = rows[::-1] if reverse else rows
+    return torch.from_numpy(np.cumsum(rows, axis=0, dtype=rows.dtype)[-1].copy())
+
+
+def test_a_long_float32_reduction_in_another_order_is_no_wrong_result_and_a_real_error_is():
+    """S04: the stress tier's 262,144-term float32 bins (with cancellation: half the terms near +3,
+    half near -3), summed in two orders, differ by 0.66 where float32's rtol allows 0.013; the
+    second look against float64 (the float32 noise of neighbouring inputs' own runs) passes
+    them, and still catches a bin that is 50 too large (about 10x that noise)."""
+    from detconf.engine import comparison
+
+    rows = torch.randn(262_144, 16, generator=torch.Generator().manual_seed(3))
+    rows[: 131_072] += 3.0
+    rows[131_072:] -= 3.0
+    x = rows.reshape(-1)
+    actual, reference = [("out", _bins(x, False))], [("out", _bins(x, True))]
+    wide = [("out", _bins(x.double(), True))]
+    assert comparison.compare(actual, reference) is not None  # the fixed tolerance alone: a false alarm
+    neighbours = [[("out", _bins(torch.nextafter(x, torch.full_like(x, s * math.inf)), True))] for s in (1, -1)]
+    assert comparison.adjudicate(actual, reference, wide, neighbours=neighbours, reference_noise=False) is None
+    wrong = [("out", actual[0][1] + torch.tensor([0.0] * 15 + [50.0]))]
+    assert comparison.adjudicate(wrong, reference, wide, neighbours=neighbours, reference_noise=False) is not None

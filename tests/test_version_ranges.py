@@ -255,6 +255,9 @@ def test_verify_takes_a_torch_skip_only_where_the_range_leaves_out_the_torch_und
     from detconf.reports.verify import _not_applicable, _torch_under_test
 
     row = {"verdict": "skipped", "device": "cuda", "detail": {"reason": "r", "needs_torch": needs_torch}}
-    assert _not_applicable(row, judged) is accepted
+    assert _not_applicable(row, judged, {"torch": needs_torch}) is accepted
+    # The row's range is taken only where the planned entry's own range is the same.
+    assert _not_applicable(row, judged, {"torch": ">=2.0"}) is False
+    assert _not_applicable(row, judged) is False
     assert _torch_under_test({"env": {"torch_version": "2.13.0+cpu", "doc_version": "2.9.0"}}) == "2.9.0"
     assert _torch_under_test({"env": {"torch_version": "2.13.0+cpu", "doc_version": None}}) == "2.13.0+cpu"

@@ -105,7 +105,7 @@ def _cublas_verdict(config: str, mode: str, value: str | None, payload: dict[str
 
 for _config in ("unset", "wrong") + CUBLAS_GOOD:
     for _op in CUBLAS_OPS:
-        check(f"{CUBLAS_VAR}={_config}:{_op}", source=REPRO_NOTES, max_examples=2)(_cublas_check(_config, _op))
+        check(f"{CUBLAS_VAR}={_config}:{_op}", source=REPRO_NOTES, max_examples=2, device="cuda")(_cublas_check(_config, _op))
 
 
 # ---------------------------------------------------------------------------
@@ -168,13 +168,13 @@ def _conv_observation(draw, device: torch.device, mode: str, *, cudnn_determinis
     )
 
 
-@check("cudnn.benchmark=False:conv", source=REPRO_NOTES)
+@check("cudnn.benchmark=False:conv", source=REPRO_NOTES, device="cuda")
 def conv_repeats_without_benchmark(draw, entry, device: torch.device, mode: str) -> CheckObservation:
     # benchmark off picks one algorithm; deterministic mode makes it a deterministic one.
     return _conv_observation(draw, device, mode, cudnn_deterministic=False, judged=mode_is_on(mode))
 
 
-@check("cudnn.deterministic=True:conv", source=REPRO_NOTES)
+@check("cudnn.deterministic=True:conv", source=REPRO_NOTES, device="cuda")
 def conv_repeats_with_cudnn_deterministic(draw, entry, device: torch.device, mode: str) -> CheckObservation:
     # "torch.backends.cudnn.deterministic = True" alone covers convolutions: judged in
     # every mode, "off" being the case where it is the only setting.
