@@ -50,6 +50,14 @@ TABLES: dict[str, list[tuple[str, list[str], str | None]]] = {
         ("build", [_p("torch-2.13.0/cpu-sweep/results.jsonl"), "--out", "OUT"], None),
         ("sensitivity", [_p("torch-2.13.0/cpu-sweep/results.jsonl"), "--out", "OUT"], None),
     ],
+    "torch-2.15.0/cpu": [
+        ("build", [_p("torch-2.15.0/cpu/results.jsonl"), "--out", "OUT"], None),
+        ("sensitivity", [_p("torch-2.15.0/cpu/results.jsonl"), "--out", "OUT"], None),
+    ],
+    "torch-2.15.0/cpu-sweep": [
+        ("build", [_p("torch-2.15.0/cpu-sweep/results.jsonl"), "--out", "OUT"], None),
+        ("sensitivity", [_p("torch-2.15.0/cpu-sweep/results.jsonl"), "--out", "OUT"], None),
+    ],
     "torch-2.14.1/cpu": [
         ("build", [_p("torch-2.14.1/cpu/results.jsonl"), "--out", "OUT"], None),
         ("sensitivity", [_p("torch-2.14.1/cpu/results.jsonl"), "--out", "OUT"], None),
@@ -77,7 +85,7 @@ TABLES: dict[str, list[tuple[str, list[str], str | None]]] = {
         ("build", [_p("torch-2.11.0/opencl-pocl-sweep/results.jsonl"), "--out", "OUT"], None),
     ],
     "cross-version": [
-        ("build", [_p(f"torch-{v}/cpu/results.jsonl") for v in ("2.5.1", "2.11.0", "2.13.0", "2.14.1")]
+        ("build", [_p(f"torch-{v}/cpu/results.jsonl") for v in ("2.5.1", "2.11.0", "2.13.0", "2.14.1", "2.15.0")]
          + ["--out", "OUT"], None),
         ("diff", [_p("torch-2.5.1/cpu/results.jsonl"), _p("torch-2.11.0/cpu/results.jsonl")],
          "diff-2.5.1-to-2.11.0.txt"),
@@ -85,6 +93,8 @@ TABLES: dict[str, list[tuple[str, list[str], str | None]]] = {
          "diff-2.11.0-to-2.13.0.txt"),
         ("diff", [_p("torch-2.13.0/cpu/results.jsonl"), _p("torch-2.14.1/cpu/results.jsonl")],
          "diff-2.13.0-to-2.14.1.txt"),
+        ("diff", [_p("torch-2.14.1/cpu/results.jsonl"), _p("torch-2.15.0/cpu/results.jsonl")],
+         "diff-2.14.1-to-2.15.0.txt"),
     ],
     "drift": [
         ("drift", [_p("drift/spec-history.jsonl"), "--out", "OUT"], None),
@@ -92,7 +102,7 @@ TABLES: dict[str, list[tuple[str, list[str], str | None]]] = {
     "overview": [
         ("overview", [_p(f"torch-{v}/cpu/results.jsonl") for v in ("2.5.1", "2.11.0")]
          + [_p("torch-2.11.0/opencl-pocl/results.jsonl")]
-         + [_p(f"torch-{v}/cpu/results.jsonl") for v in ("2.13.0", "2.14.1")] + ["--out", "OUT"], None),
+         + [_p(f"torch-{v}/cpu/results.jsonl") for v in ("2.13.0", "2.14.1", "2.15.0")] + ["--out", "OUT"], None),
     ],
 }
 
