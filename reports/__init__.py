@@ -2,8 +2,10 @@
 
 Nothing in this package imports torch or the test machinery: it reads results files only.
 
-- ``reports.build.build(paths, out_dir)`` writes the compatibility matrix (CSV, Markdown,
+- ``detconf.reports.build.build(paths, out_dir)`` writes the compatibility matrix (CSV, Markdown,
   HTML, PNG) and ``summary.json``.
-- ``reports.summary.summary_lines(path)`` gives the lines pytest prints at the end of a run.
-- ``python -m detconf.reports {build,diff,drift}`` is the command line.
+- ``detconf.reports.summary.summary_lines(path)`` gives the lines pytest prints at the end of a run.
+- ``detconf.reports.readfile`` is how every command opens and reads a file.
+- ``python -m detconf.reports {build,diff,drift,sensitivity,overview,certify,verify,fingerprints}`` is the
+  command line (``detconf report ...``).
 """

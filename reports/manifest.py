@@ -153,7 +153,11 @@ def _marker(folder: Path) -> dict | None:
     try:
         if not stat.S_ISDIR(os.lstat(folder).st_mode):
             return None
-        data = json.loads((folder / TMP_MARKER).read_text(encoding="utf-8"))
+        marker = folder / TMP_MARKER
+        info = os.lstat(marker)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > 4096:  # a pipe would block, a device never end
+            return None
+        data = json.loads(marker.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("pid"), int) else None

@@ -296,3 +296,28 @@ def test_G48_detconf_report_and_help_list_every_reports_subcommand():
         assert re.search(rf"\b{name}\b", helped.stdout), (name, helped.stdout)
         assert re.search(rf"\b{name}\b", reports_help.split("\n\n")[0]), (name, reports_help)
         assert name in listed.group(1).split("|"), (name, listed.group(0))
+
+
+def test_a_build_marker_that_is_a_pipe_is_no_marker_and_never_waited_on(tmp_path):
+    """The build's temporary-folder marker is read only when it is a small regular file."""
+    import os
+    import signal
+
+    from detconf.reports import manifest
+
+    folder = tmp_path / "tmp-build"
+    folder.mkdir()
+    os.mkfifo(folder / manifest.TMP_MARKER)
+    class Hung(BaseException):  # not an OSError: the reader must not swallow it
+        pass
+
+    def hung(*_):
+        raise Hung("the marker's reader waited on a pipe")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)  # a blocked open would hang the test: fail it instead
+    try:
+        assert manifest.is_build_tmp(folder) is False
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
