@@ -9,6 +9,7 @@ source is a copy of the suite's files, so a build never writes into the checkout
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -66,7 +67,11 @@ def _install(tmp: Path, *, editable: bool) -> Path:
     see_this_interpreters_packages(python)
     command = [str(python), "-m", "pip", "install", "--no-build-isolation", "--no-index"]
     command += ["-e", str(source)] if editable else [str(source)]
-    out = subprocess.run(command, capture_output=True, text=True, timeout=600, env=clean_env(), cwd=tmp)
+    # A pip configuration that caps torch below the one installed (a constraint file, as the
+    # machine that makes the torch 2.15 environment has) would make pip replace that torch: the
+    # install here is about detconf, so the machine's constraint file is left out.
+    out = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                         env=clean_env(PIP_CONSTRAINT=os.devnull), cwd=tmp)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     installed = [line for line in out.stdout.splitlines() if line.startswith("Successfully installed")]
     assert installed == ["Successfully installed detconf-0.1.0"], out.stdout[-2000:]  # nothing else
