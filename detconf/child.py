@@ -62,6 +62,17 @@ class ChildFailed(RuntimeError):
         self.os_error = os_error
 
 
+def pid_alive(pid: int) -> bool:
+    """Is process ``pid`` (on this host) still there? One that exists but is not ours counts."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True
+
+
 def resolve_target(target: str) -> Callable[[Any], Any]:
     module_name, sep, function_name = target.partition(":")
     if not sep or not module_name or not function_name.isidentifier():

@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Callable, NoReturn, Sequence
 
 from detconf import wheels as _wheels
+from detconf.child import pid_alive
 from detconf.revision import revision
 from detconf.wheels import (
     BadInput, check, interpreter_tag, python_tag, read_requirements, regular_file, suite_requirements,
@@ -947,23 +948,13 @@ def _archive_path(text: str | None) -> Path | None:
     return path
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True
-    return True
-
-
 def _holder(out: Path) -> int | None:
     """The pid of the live gpu-run whose lock is in ``out``, if any."""
     try:
         pid = int((out / LOCK).read_text(encoding="ascii", errors="replace").strip()[:20] or 0)
     except (OSError, ValueError):
         return None
-    return pid if pid > 0 and pid != os.getpid() and _alive(pid) else None
+    return pid if pid > 0 and pid != os.getpid() and pid_alive(pid) else None
 
 
 @dataclass

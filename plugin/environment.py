@@ -81,12 +81,13 @@ def hypothesis_settings(current) -> dict:
             "print_blob": current.print_blob}
 
 
-def _distribution_of(module_name: str) -> tuple[str | None, str | None]:
+def _distribution_of(module_name: str, owners: dict) -> tuple[str | None, str | None]:
+    """The distribution providing ``module_name`` (``owners``: importlib.metadata's
+    ``packages_distributions()``, read once per run) and its version."""
     from importlib import metadata
 
-    top = module_name.split(".")[0]
+    names = owners.get(module_name.split(".")[0]) or []
     try:
-        names = metadata.packages_distributions().get(top) or []
         return (names[0], metadata.version(names[0])) if names else (None, None)
     except Exception:  # noqa: BLE001 - broken metadata: the module is still named
         return None, None
@@ -96,6 +97,12 @@ def loaded_plugins(config: pytest.Config) -> list[dict]:
     """Every pytest plugin this process registered that is not pytest's own nor a conftest file
     (:func:`conftest_files`): entry points, ``-p NAME`` (``PYTEST_ADDOPTS`` included) and
     ``pytest_plugins`` modules, with the distribution that provides each and its version."""
+    from importlib import metadata
+
+    try:
+        owners = metadata.packages_distributions()
+    except Exception:  # noqa: BLE001 - broken metadata: the modules are still named
+        owners = {}
     manager = config.pluginmanager
     found: dict[str, dict] = {}
     for name, plugin in manager.list_name_plugin():
@@ -107,8 +114,9 @@ def loaded_plugins(config: pytest.Config) -> list[dict]:
             continue
         if (getattr(plugin, "__file__", "") or "").endswith("conftest.py") and module != "detconf._suite.conftest":
             continue
-        dist, version = _distribution_of(module)
-        found.setdefault(module, {"module": module, "name": str(name), "distribution": dist, "version": version})
+        if module not in found:
+            dist, version = _distribution_of(module, owners)
+            found[module] = {"module": module, "name": str(name), "distribution": dist, "version": version}
     return [found[k] for k in sorted(found)]
 
 

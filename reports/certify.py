@@ -83,8 +83,7 @@ def read_runs(paths: list[Path]) -> tuple[list[dict], list[dict], dict[str, dict
             elif kind == "end":
                 ends[rec["run_id"]] = rec
             elif kind == "result":
-                # A row after its run's end record: nothing the run wrote (verify refuses it).
-                rows.append(dict(rec, _file=index, **({"_after_end": True} if rec.get("run_id") in ends else {})))
+                rows.append(dict(rec, _file=index))
     return runs, rows, ends
 
 

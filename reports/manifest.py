@@ -28,6 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
+from detconf.child import pid_alive
+
 MANIFEST = ".detconf-report.json"
 FORMAT = "detconf-report/1"
 TMP_MARKER = ".detconf-build-tmp"
@@ -168,21 +170,11 @@ def is_build_tmp(folder: str | os.PathLike) -> bool:
     return _marker(Path(folder)) is not None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, OSError):
-        return True
-    return True
-
-
 def abandoned(folder: str | os.PathLike) -> bool:
     """A build's temporary folder whose process (on this host) is gone: nothing will finish it."""
     marker = _marker(Path(folder))
     return (marker is not None and marker.get("host") == socket.gethostname()
-            and marker["pid"] != os.getpid() and not _alive(marker["pid"]))
+            and marker["pid"] != os.getpid() and not pid_alive(marker["pid"]))
 
 
 def remove_abandoned(folder: str | os.PathLike, prefixes: Iterable[str]) -> list[str]:

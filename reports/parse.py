@@ -16,8 +16,9 @@ import pyarrow.json as pj
 
 from detconf.vocabulary import READABLE_SCHEMAS
 from detconf.reports.digests import canonical_digest, fingerprint_digests
+from detconf.reports.readfile import BadLine, json_line
 from detconf.reports.lines import (
-    MAX_DEPTH, MAX_LINE_BYTES, SURROGATE_ESCAPE, Chunk, Lines, deep_lines, newline_after, split_lines, too_deep,
+    MAX_LINE_BYTES, Chunk, Lines, deep_lines, newline_after, split_lines,
 )
 from detconf.reports.records import (
     FIELD_KINDS, KEPT_FIELDS, PARSE_SCHEMA, QUIET, REQUIRED_STR, SEEN, TABLE_SCHEMA, check_record,
@@ -149,28 +150,10 @@ def _read_slow(data: Chunk, lines: Lines, base: int, want_fingerprints: bool) ->
         if s == e:
             continue
         lineno = i
-        line = data[s:e]
-        if len(line) > MAX_LINE_BYTES:
-            raise LineProblem(lineno, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
-        if b"\x00" in line:
-            raise LineProblem(lineno, "NUL byte in the line (not JSON text)")
         try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError:
-            raise LineProblem(lineno, "not UTF-8 text") from None
-        if too_deep(line):
-            raise LineProblem(lineno, f"JSON nested deeper than {MAX_DEPTH} levels")
-        try:
-            rec = json.loads(text)
-        except RecursionError:  # pragma: no cover - too_deep catches it first
-            raise LineProblem(lineno, f"JSON nested deeper than {MAX_DEPTH} levels") from None
-        except ValueError as exc:
-            raise LineProblem(lineno, f"corrupt JSON line ({getattr(exc, 'msg', exc)})") from None
-        if SURROGATE_ESCAPE.search(line):
-            try:
-                json.dumps(rec, ensure_ascii=False).encode("utf-8")
-            except UnicodeEncodeError:
-                raise LineProblem(lineno, "a string holds a lone surrogate escape (not Unicode text)") from None
+            rec = json_line(data[s:e])  # the one check of a line (detconf.reports.readfile)
+        except BadLine as exc:
+            raise LineProblem(lineno, exc.problem) from None
         kind, problem = check_record(rec)
         if problem:
             raise LineProblem(lineno, problem)

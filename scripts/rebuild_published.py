@@ -39,37 +39,21 @@ def _p(path: str) -> str:
     return f"{PUBLISHED}/{path}"
 
 
+def _matrix_and_sensitivity(table: str) -> list[tuple[str, list[str], str | None]]:
+    """A table made of one results file: its matrix and its sensitivity table."""
+    return [(kind, [_p(f"{table}/results.jsonl"), "--out", "OUT"], None) for kind in ("build", "sensitivity")]
+
+
 #: table folder -> commands, each ``(kind, arguments, file its standard output is published as)``.
 #: ``OUT`` stands for the table's output folder.
 TABLES: dict[str, list[tuple[str, list[str], str | None]]] = {
-    "torch-2.13.0/cpu": [
-        ("build", [_p("torch-2.13.0/cpu/results.jsonl"), "--out", "OUT"], None),
-        ("sensitivity", [_p("torch-2.13.0/cpu/results.jsonl"), "--out", "OUT"], None),
-    ],
-    "torch-2.13.0/cpu-sweep": [
-        ("build", [_p("torch-2.13.0/cpu-sweep/results.jsonl"), "--out", "OUT"], None),
-        ("sensitivity", [_p("torch-2.13.0/cpu-sweep/results.jsonl"), "--out", "OUT"], None),
-    ],
-    "torch-2.15.0/cpu": [
-        ("build", [_p("torch-2.15.0/cpu/results.jsonl"), "--out", "OUT"], None),
-        ("sensitivity", [_p("torch-2.15.0/cpu/results.jsonl"), "--out", "OUT"], None),
-    ],
-    "torch-2.15.0/cpu-sweep": [
-        ("build", [_p("torch-2.15.0/cpu-sweep/results.jsonl"), "--out", "OUT"], None),
-        ("sensitivity", [_p("torch-2.15.0/cpu-sweep/results.jsonl"), "--out", "OUT"], None),
-    ],
-    "torch-2.14.1/cpu": [
-        ("build", [_p("torch-2.14.1/cpu/results.jsonl"), "--out", "OUT"], None),
-        ("sensitivity", [_p("torch-2.14.1/cpu/results.jsonl"), "--out", "OUT"], None),
-    ],
-    "torch-2.11.0/cpu": [
-        ("build", [_p("torch-2.11.0/cpu/results.jsonl"), "--out", "OUT"], None),
-        ("sensitivity", [_p("torch-2.11.0/cpu/results.jsonl"), "--out", "OUT"], None),
-    ],
-    "torch-2.5.1/cpu": [
-        ("build", [_p("torch-2.5.1/cpu/results.jsonl"), "--out", "OUT"], None),
-        ("sensitivity", [_p("torch-2.5.1/cpu/results.jsonl"), "--out", "OUT"], None),
-    ],
+    "torch-2.13.0/cpu": _matrix_and_sensitivity("torch-2.13.0/cpu"),
+    "torch-2.13.0/cpu-sweep": _matrix_and_sensitivity("torch-2.13.0/cpu-sweep"),
+    "torch-2.15.0/cpu": _matrix_and_sensitivity("torch-2.15.0/cpu"),
+    "torch-2.15.0/cpu-sweep": _matrix_and_sensitivity("torch-2.15.0/cpu-sweep"),
+    "torch-2.14.1/cpu": _matrix_and_sensitivity("torch-2.14.1/cpu"),
+    "torch-2.11.0/cpu": _matrix_and_sensitivity("torch-2.11.0/cpu"),
+    "torch-2.5.1/cpu": _matrix_and_sensitivity("torch-2.5.1/cpu"),
     "torch-2.11.0/opencl-pocl": [
         ("build", [_p("torch-2.11.0/opencl-pocl/results.jsonl"), "--out", "OUT"], None),
         ("verify", [_p("torch-2.11.0/opencl-pocl/certification")], None),
