@@ -6,18 +6,20 @@ catalog is the same in every process.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Iterable
 
-from detconf.vocabulary import CHECK_SOURCES, DEFAULT_SOURCES, OP_SOURCES, OPT_IN_SOURCES, SOURCE_NAMES
+from detconf.vocabulary import CHECK_SOURCES, DEFAULT_SOURCES, DOC_DEVICES, OP_SOURCES, OPT_IN_SOURCES, SOURCE_NAMES
 from detconf.engine import docspec
+from detconf.conformance.findings import fact_entries
 from detconf.conformance.sweep import sweep_entries
-from detconf.engine.entry import CatalogError, Entry, check_unique, entries_from_json
+from detconf.engine.entry import CatalogError, Entry, check_unique, entries_from_json, make_entry_id
 
 __all__ = ["CHECK_SOURCES", "DATA", "DATA_FILES", "DEFAULT_SOURCES", "OPT_IN_SOURCES", "OP_SOURCES", "SOURCES",
            "PROFILE_SOURCES", "TORCH_DOCS", "UnknownSource", "data_file", "doc_versions", "load_catalog",
            "load_check_entries", "load_entries", "profile_entries", "profiles",
-           "read_entries_file", "snapshot_entries", "snapshot_of_release", "snapshot_text"]
+           "read_entries_file", "resolve_contradictions", "snapshot_entries", "snapshot_of_release", "snapshot_text"]
 
 DATA = Path(__file__).resolve().parent / "data"
 #: The project's copy of every release's ``use_deterministic_algorithms`` docstring (1.8.0 ...).
@@ -26,7 +28,8 @@ SOURCES = SOURCE_NAMES
 #: The catalog file of each source that has one (under :data:`DATA`), validated against
 #: ``data/schemas/catalog-entries.schema.json`` when read (torch-free, before the run starts; the
 #: Ascend list is read for the run through the NPU backend's profile, which names this file).
-DATA_FILES = {"ascend": "ascend.json", "flag-api": "flag_api.json", "repro-notes": "repro_notes.json"}
+DATA_FILES = {"ascend": "ascend.json", "flag-api": "flag_api.json", "repro-notes": "repro_notes.json",
+              "sdpa": "sdpa.json", "flex-attention": "flex_attention.json"}
 #: The promise every entry of a source must make, where the source fixes it.
 _SOURCE_PROMISE = {source: "behaves" for source in CHECK_SOURCES}
 
@@ -122,7 +125,8 @@ def vendor_entries() -> list[Entry]:
 def load_entries(source: str, *, doc_version: str | None = None) -> list[Entry]:
     """Entries of one source. ``doc_version`` picks a docs snapshot for torch-docs."""
     if source == "torch-docs":
-        entries = snapshot_entries(doc_version) if doc_version else docspec.installed_entries()
+        entries = snapshot_entries(doc_version) if doc_version else resolve_contradictions(docspec.installed_entries())
+        entries = entries + fact_entries(doc_version)  # version-ranged facts: data/version-facts.json
     elif source in PROFILE_SOURCES:
         entries = profile_entries(source)
     elif source == "sweep":
@@ -144,8 +148,88 @@ def snapshot_text(version: str) -> str:
 
 
 def snapshot_entries(version: str) -> list[Entry]:
-    """The promises of release ``version``'s docstring (``UnknownDocVersion`` for a release the project lacks)."""
-    return docspec.snapshot_entries(version, TORCH_DOCS)
+    """The promises of release ``version``'s docstring (``UnknownDocVersion`` for a release the project lacks),
+    its contradictions resolved (:func:`resolve_contradictions`)."""
+    return resolve_contradictions(docspec.snapshot_entries(version, TORCH_DOCS))
+
+
+_DTYPE_CLASSES = ("floating", "complex", "integer")
+
+
+def resolve_contradictions(entries: list[Entry]) -> list[Entry]:
+    """``entries`` with every contradiction (:func:`engine.docspec.find_contradictions`) judged once,
+    against the more specific sentence.
+
+    The specific entry keeps its id and says which entry contradicts it (``contradicts``); the
+    general entry is replaced by the part of its calls that the specific one does not cover: the
+    devices it names beyond the specific one's (a sentence that names none: the documented devices),
+    and on the shared devices the keyword values (``conformance.complements.KWARG_DOMAINS``) or
+    dtype classes the specific sentence leaves out. Each part keeps the general sentence, an id
+    made from its conditions, and names the specific entry. A narrowing this cannot spell (a
+    keyword with no known domain, a qualifier) is a :class:`CatalogError`.
+    """
+    found = docspec.find_contradictions(entries)
+    if not found:
+        return entries
+    notes: dict[str, list[str]] = {}
+    parts: dict[str, list[Entry]] = {}
+    for c in found:
+        notes.setdefault(c.specific.id, []).append(c.note_for_specific())
+        current = parts.get(c.general.id, [c.general])
+        parts[c.general.id] = [rest for part in current for rest in _outside(part, c.specific, c.note_for_general())]
+    out: list[Entry] = []
+    for e in entries:
+        if e.id in parts:
+            out.extend(parts[e.id])
+        elif e.id in notes:
+            out.append(dataclasses.replace(e, contradicts="; ".join(notes[e.id])))
+        else:
+            out.append(e)
+    return check_unique(out)
+
+
+def _outside(general: Entry, specific: Entry, note: str) -> list[Entry]:
+    """The parts of ``general``'s calls that ``specific`` does not cover, each an entry."""
+    from detconf.conformance.complements import KWARG_DOMAINS
+
+    own = set(general.devices or DOC_DEVICES)
+    shared = set(specific.devices or own) & own
+    if not specific.devices and not general.devices:
+        shared = own
+    pieces: list[dict] = []
+    if own - shared:
+        pieces.append({"devices": tuple(sorted(own - shared))})
+    general_names = {n for case in general.cases for n, _ in case}
+    narrowed = sorted({n for case in specific.cases for n, _ in case} - general_names)
+    extra_qualifiers = set(specific.qualifiers) - set(general.qualifiers)
+    if extra_qualifiers:
+        raise CatalogError(f"{general.id!r} contradicts {specific.id!r}, which narrows it by {sorted(extra_qualifiers)}: "
+                           "the calls outside that condition cannot be spelt as an entry")
+    if len(narrowed) > 1:
+        raise CatalogError(f"{general.id!r} contradicts {specific.id!r}, which narrows it by several keywords "
+                           f"({narrowed}): the calls outside cannot be spelt as one entry")
+    if narrowed:
+        name = narrowed[0]
+        domain = KWARG_DOMAINS.get((general.op, name))
+        if domain is None:
+            raise CatalogError(f"{general.id!r} contradicts {specific.id!r}, which narrows it by {name!r}: the values "
+                               f"of {name!r} for {general.op} are not known (conformance/complements.py, KWARG_DOMAINS)")
+        taken = {v for case in specific.cases for n, v in case if n == name}
+        rest = [v for v in domain if v not in taken]
+        if rest:
+            pieces.append({"devices": tuple(sorted(shared)),
+                           "cases": tuple(tuple(sorted(case + ((name, v),))) for case in general.cases for v in rest)})
+    elif specific.dtypes and set(specific.dtypes) != set(general.dtypes or _DTYPE_CLASSES):
+        rest = tuple(c for c in (general.dtypes or _DTYPE_CLASSES) if c not in specific.dtypes)
+        pieces.append({"devices": tuple(sorted(shared)), "dtypes": rest})
+    out = []
+    for piece in pieces:
+        fields = {k: piece.get(k, getattr(general, k)) for k in ("devices", "cases", "dtypes")}
+        new_id = make_entry_id(general.op, backward=general.backward, indices_output=general.indices_output,
+                               weights_given=general.weights_given, quantized=general.quantized,
+                               sparse_dense=general.sparse_dense, qualifiers=general.qualifiers, **fields)
+        out.append(dataclasses.replace(general, id=new_id, contradicts=note, **fields))
+    return out
 
 
 def snapshot_of_release(torch_version: str) -> str | None:

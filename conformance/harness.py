@@ -43,6 +43,7 @@ from detconf.engine.determinism import GlobalState, capture_state, preserved_rng
 from detconf.engine.devices import Backend
 from detconf.engine.fingerprint import sha256, tensor_bytes
 from detconf.engine.observation import Observation
+from detconf.engine.perturb import Perturber
 from detconf.engine.runner import RunOutcome, backend_gap, eager_ops, missing_kernel, run_program, run_values
 from detconf.engine.trace import DispatchTrace, reached, top_ops
 
@@ -109,7 +110,10 @@ def base_row(case: Case, backend: Backend | None, expected: str) -> dict[str, An
 def _judged(case: Case, expected: str, obs: Observation, extra: dict[str, Any] | None = None) -> Record:
     """The one place an example's verdict is decided (an op example that conforms is then
     compared with a reference: :func:`judge_program`)."""
-    return _record(verdict.verdict_for(expected, obs, listed=verdict.is_listed(case.entry)), obs, extra)
+    rec = _record(verdict.verdict_for(expected, obs, listed=verdict.is_listed(case.entry)), obs, extra)
+    if case.entry.contradicts:  # the docstring says the opposite elsewhere: every cell names it
+        rec.detail.setdefault("contradiction", case.entry.contradicts)
+    return rec
 
 
 def _record(v: str, obs: Observation, extra: dict[str, Any] | None = None) -> Record:
@@ -174,7 +178,8 @@ def _skip_detail(skip: Exception) -> dict[str, Any]:
 
 
 def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject, kwargs: dict, runs: int,
-               compiler: Compiler | None = None, peer: Backend | None = None) -> Record:
+               compiler: Compiler | None = None, peer: Backend | None = None,
+               perturber: Perturber | None = None) -> Record:
     recipe = program.recipe_for(case.entry.op)
     targets = _targets(case, kwargs)
     # Off the CPU, a trace names the operator when the device cannot build the example (on the
@@ -197,7 +202,7 @@ def _op_record(case: Case, expected: str, backend: Backend, data: st.DataObject,
         return _judged(case, expected, obs, {"error": obs.error, "case": kwargs,
                                              "traceback": traceback.format_exc(limit=4)})
     return judge_program(case, expected, backend, prog, kwargs, targets, runs=runs, compiler=compiler, peer=peer,
-                         kernels=program.kernels_for(case.entry, kwargs, case.device))
+                         kernels=program.kernels_for(case.entry, kwargs, case.device), perturber=perturber)
 
 
 def kernel_name(group: tuple[str, ...]) -> str:
@@ -207,9 +212,11 @@ def kernel_name(group: tuple[str, ...]) -> str:
 
 def judge_program(case: Case, expected: str, backend: Backend, prog: program.Program, kwargs: dict,
                   targets: tuple[str, ...] | None, *, runs: int = 2, compiler: Compiler | None = None,
-                  peer: Backend | None = None, kernels: tuple[tuple[str, ...], ...] = ()) -> Record:
+                  peer: Backend | None = None, kernels: tuple[tuple[str, ...], ...] = (),
+                  perturber: Perturber | None = None) -> Record:
     """Judge one built example of ``case`` on ``backend`` (inside its :meth:`~Backend.active`
-    context): the runs, the differential comparison under the program's rules, the verdict."""
+    context): the runs, the differential comparison under the program's rules, the verdict.
+    ``perturber``: the perturbation tier's disturbances (:mod:`engine.perturb`) around the runs."""
     if case.phase == "backward-only" and not prog.grad_inputs:
         return _judged(case, expected, Observation(skipped="no differentiable input in this example: the "
                                                            "backward-only phase has nothing to run"), {})
@@ -219,7 +226,8 @@ def judge_program(case: Case, expected: str, backend: Backend, prog: program.Pro
         eager_dispatch = eager_ops(prog, case.mode, phase=case.phase, synchronize=backend.synchronize)
         eager_reached = reached(targets, eager_dispatch) and not prog.meta.get("unreachable")
     outcome = run_program(prog, case.mode, runs=runs, synchronize=backend.synchronize, case=kwargs,
-                          targets=targets, phase=case.phase, compiler=compiler, eager_reached=eager_reached)
+                          targets=targets, phase=case.phase, compiler=compiler, eager_reached=eager_reached,
+                          perturber=perturber)
     obs = outcome.observation
     obs.numel = max((t.numel() for t in prog.inputs.values() if isinstance(t, torch.Tensor)), default=0)
     if kernels:
@@ -231,10 +239,14 @@ def judge_program(case: Case, expected: str, backend: Backend, prog: program.Pro
         obs.kernels = {kernel_name(g): program_reached and reached(g, ops) and not prog.meta.get("unreachable")
                        for g in kernels}
     decided = verdict.verdict_for(expected, obs, listed=verdict.is_listed(case.entry))
-    if decided == "conforms" and _comparable(case, outcome, prog):
+    if decided == "conforms" and (perturber is None or perturber.setup.differential) and _comparable(case, outcome, prog):
         obs.wrong_result = _differential(prog, outcome, backend, compiled=compiler is not None)
         decided = verdict.with_differential(decided, obs.wrong_result)
     record = _record(decided, obs)
+    if outcome.inputs_digest is not None:
+        record.detail["inputs_digest"] = outcome.inputs_digest
+    if outcome.threads is not None:
+        record.detail["threads"] = outcome.threads
     if peer is not None and compiler is None and case.phase == "program" and outcome.values is not None \
             and obs.identical and _promised_deterministic(expected, obs):
         record.detail["d2d"] = device_to_device(prog, case.mode, backend, peer)
@@ -507,7 +519,8 @@ def _stress_limits(backend: Backend) -> strategies.Scale:
     return strategies.stress_scale(None if free is None else free // workers)
 
 
-def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: settings | None = None) -> dict[str, Any]:
+def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: settings | None = None,
+          perturber: Perturber | None = None) -> dict[str, Any]:
     """Run the case under Hypothesis; return the result row (JSON-safe).
 
     In the stress tier (profile ``stress``) every example runs at least :data:`STRESS_RUNS`
@@ -527,7 +540,7 @@ def judge(case: Case, backend: Backend, *, runs: int = 2, hypothesis_settings: s
     # One guard for the generators of ``random`` and NumPy around the whole case: the runner's
     # guards inside it then keep to torch's generators (see preserved_global_state).
     with backend.active(), preserved_rng():
-        row = _judge(case, backend, runs=runs, hypothesis_settings=hypothesis_settings)
+        row = _judge(case, backend, runs=runs, hypothesis_settings=hypothesis_settings, perturber=perturber)
     return _check_no_leak(case, row, before)
 
 
@@ -559,7 +572,8 @@ def math_mode(backend: Backend) -> dict[str, dict[str, str]]:
     return {b.name: {family: b.float32_precision(family) for family in ("matmul", "conv")} for b in devices}
 
 
-def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: settings | None) -> dict[str, Any]:
+def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: settings | None,
+           perturber: Perturber | None = None) -> dict[str, Any]:
     started = time.perf_counter()
     expected = case.expected
     row = base_row(case, backend, expected)
@@ -619,7 +633,7 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
         for kwargs in case.entry.case_kwargs():
             for form in program.forms_for(case.entry):
                 keep(_op_record(case, expected, backend, data, kwargs if form is None else dict(kwargs, form=form),
-                                runs, compiler, peer))
+                                runs, compiler, peer, perturber))
 
     if parent.derandomize:
         # Derandomized profiles: each case draws its own fixed stream, keyed by its id
@@ -661,11 +675,20 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
         detail["max_numel"] = max(sizes)
     if stress_tier():
         detail["tier"] = "stress"
+    if case.entry.contradicts:  # another entry of the docstring says the opposite: the cell names it
+        detail["contradiction"] = case.entry.contradicts
     detail["observed_per_example"] = sorted({r.observed for r in records})
     detail["verdicts_per_example"] = {v: sum(r.verdict == v for r in records) for v in sorted({r.verdict for r in records})}
     fingerprints = [r.detail.get("fingerprint") for r in records if r.detail.get("fingerprint")]
     if fingerprints:
         detail["fingerprints"] = {str(i): fp for i, fp in enumerate(fingerprints[:50])}
+    if perturber is not None:
+        # Every example in order, for the comparison across processes (conformance.perturbed):
+        # its inputs' digest, its outputs' fingerprint (None: the runs did not complete) and,
+        # where probed, whether one thread gave the same bytes.
+        detail["per_example"] = [[r.detail.get("inputs_digest"), r.detail.get("fingerprint"),
+                                  (r.detail.get("threads") or {}).get("same")] for r in records[:50]]
+        detail["perturbations"] = perturber.applied()
     row.update(
         verdict=final,
         observed=chosen.observed,

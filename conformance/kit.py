@@ -47,10 +47,10 @@ from detconf.engine.comparison import Writes, admissible_set
 from detconf.engine.entry import Entry
 from detconf.engine.program import Program
 from detconf.engine.strategies import (SEED_RANGE, DUPLICATE_SHARES, build_indices, build_tensor, float_dtypes, scale_limits,
-                               seeds)
+                               seeds, threshold_limit, threshold_sides)
 
 __all__ = [
-    "NO_HALF", "REPRO_IMPORTS", "Example", "StableDraws", "stable_draws", "OpFunctionError", "forward_backward", "index_put_parts", "ndims_for",
+    "NO_HALF", "REPRO_IMPORTS", "Example", "StableDraws", "ThresholdCover", "stable_draws", "OpFunctionError", "forward_backward", "index_put_parts", "ndims_for",
     "nn_module_op", "num_indices",
     "op_source", "pool_input", "shape", "target_side", "window",
 ]
@@ -126,22 +126,55 @@ def integer_constraints(lo: int, hi: int) -> dict[str, Any] | None:
     return constraints
 
 
+class ThresholdCover:
+    """Which sides of its kernels' thresholds a case's examples have taken.
+
+    In the stress and perturbation tiers a recipe whose kernel switches algorithm by a count
+    (``THRESHOLDS`` in ``conformance/recipes.py``) sizes its examples at the counts just below and
+    just above each switch (:func:`engine.strategies.threshold_sides`). Each side is taken by one
+    example before any is drawn, so a case with as many examples as sides has every side (the
+    stress profile's 2 examples cover the one switch per op, device and compile setting that the
+    data holds). The side is a function of the case's example order, the same in every process
+    of the perturbation tier; Hypothesis still makes the draw, so the choice sequence keeps its
+    shape.
+    """
+
+    def __init__(self, *, compiled: bool) -> None:
+        self.compiled = compiled
+        self._taken: dict[tuple[Any, ...], set[int]] = {}
+
+    def side(self, key: tuple[Any, ...], sides: Sequence[int], take: Callable[[], int]) -> int:
+        """The side for the next example at ``key``: the first not yet taken, else ``take()``'s."""
+        drawn = take()
+        taken = self._taken.setdefault(key, set())
+        left = [s for s in sides if s not in taken]
+        value = left[0] if left else drawn
+        taken.add(value)
+        return value
+
+
 _STABLE: contextvars.ContextVar[StableDraws | None] = contextvars.ContextVar("detconf_stable_draws", default=None)
+_COVER: contextvars.ContextVar[ThresholdCover | None] = contextvars.ContextVar("detconf_threshold_cover", default=None)
 
 
 @contextlib.contextmanager
 def stable_draws(seed: int | None) -> Iterator[StableDraws | None]:
     """Keep the examples drawn inside the body to one shape class (see :class:`StableDraws`);
-    ``seed=None``: no such constraint (eager)."""
-    if seed is None:
-        yield None
-        return
-    stable = StableDraws(seed)
-    token = _STABLE.set(stable)
+    ``seed=None``: no such constraint (eager). The body is one case: its examples also share a
+    :class:`ThresholdCover` (a compiled case is one with a seed)."""
+    cover_token = _COVER.set(ThresholdCover(compiled=seed is not None))
     try:
-        yield stable
+        if seed is None:
+            yield None
+            return
+        stable = StableDraws(seed)
+        token = _STABLE.set(stable)
+        try:
+            yield stable
+        finally:
+            _STABLE.reset(token)
     finally:
-        _STABLE.reset(token)
+        _COVER.reset(cover_token)
 
 
 class OpFunctionError(TypeError):
@@ -238,6 +271,29 @@ class Example:
             if constraints is not None:
                 return self._draw_integer(**constraints)
         return self.draw(st.integers(lo, hi))
+
+    def threshold_side(self, quantity: str, switches: Iterable[dict[str, Any]]) -> int | None:
+        """In the stress and perturbation tiers, a ``quantity`` (elements, indices) just below or
+        just above one of ``switches`` (the op's ``THRESHOLDS`` records) that applies here: its
+        device type, eager or compiled as the case is, its sides within
+        :func:`engine.strategies.threshold_limit`. None in the normal tier or where none applies
+        (nothing is drawn then, so the normal tier's examples are unchanged)."""
+        limit = threshold_limit()
+        if limit is None:
+            return None
+        cover = _COVER.get()
+        compiled = cover.compiled if cover is not None else False
+        sides = [side for sw in switches
+                 if sw["quantity"] == quantity and sw["device"] == self.device.type
+                 and (sw["compile"] != "eager") == compiled
+                 for side in threshold_sides(int(sw["at"])) if side <= limit]
+        if not sides:
+            return None
+        take = lambda: self._pick(sides)  # noqa: E731
+        if cover is None:
+            return take()
+        key = (self.entry.op, quantity, tuple(sorted((k, repr(v)) for k, v in self.case.items())))
+        return cover.side(key, sides, take)
 
     def seed(self) -> int:
         """A seed for a ``torch.Generator``: ``seeds()``'s draw (see :meth:`_int`)."""

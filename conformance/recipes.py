@@ -520,7 +520,7 @@ def histc(draw, entry: Entry, case: dict, device: torch.device) -> Program:
     n = ex.integer(1, ex.limits.max_numel)
     ex.tensor("x", (n,), dtype, contiguous=None)
     bins = ex.kwarg("bins", (4, 1, 16, 100))
-    lo, hi = ex.choice(((0, 0), (-5, 5), (-10, 10)))
+    lo, hi = ex.choice(((0, 0), (0, 5), (0, 10)) if dtype == torch.uint8 else ((0, 0), (-5, 5), (-10, 10)))
     ex.kwargs.update(min=lo, max=hi)
     return ex.program(histc_op, bins=bins, min=lo, max=hi)
 
@@ -541,12 +541,17 @@ def cumsum_inplace_op(x, *, dim):
         targets=("aten.cumsum", "aten.cumsum_"),
         forms=("torch.cumsum", "Tensor.cumsum", "Tensor.cumsum_"))
 def cumsum(draw, entry: Entry, case: dict, device: torch.device) -> Program:
-    """``torch.cumsum(x, dim)`` over floating (or the entry's) dtypes; long scans on the large scale."""
+    """``torch.cumsum(x, dim)`` over floating (or the entry's) dtypes; long scans on the large scale,
+    and in the stress and perturbation tiers scans on both sides of each switch in ``THRESHOLDS``."""
     ex = Example(draw, entry, case, device)
     dtype = ex.dtype(("floating", "complex"))
-    ndim = ex.ndim(1, 3)
-    size = shape(ex, ndim)
-    dim = ex.integer(0, ndim - 1)
+    at = ex.threshold_side("elements", THRESHOLDS["torch.cumsum"])
+    if at is None:
+        ndim = ex.ndim(1, 3)
+        size = shape(ex, ndim)
+        dim = ex.integer(0, ndim - 1)
+    else:  # the stress and perturbation tiers: one line of elements on either side of a switch
+        size, dim = (at,), 0
     ex.tensor("x", size, dtype, contiguous=None)
     ex.kwargs["dim"] = dim
     op = {"Tensor.cumsum": cumsum_method_op, "Tensor.cumsum_": cumsum_inplace_op}.get(ex.form, cumsum_op)
@@ -1309,13 +1314,18 @@ def embedding_op(idx, weight, *, padding_idx=None):
         forms=_MODULE_FORMS,
         targets=forward_backward("aten.embedding", ("aten.embedding_dense_backward", "aten.embedding_backward")))
 def embedding(draw, entry, case, device):
-    """``nn.Embedding`` as ``F.embedding(idx, weight)``; duplicate ids collide in the weight gradient."""
+    """``nn.Embedding`` as ``F.embedding(idx, weight)``; duplicate ids collide in the weight gradient;
+    in the stress and perturbation tiers, index counts on both sides of each switch in ``THRESHOLDS``."""
     ex = Example(draw, entry, case, device)
     dtype = ex.dtype(("floating",))
     num = target_side(ex)
     dim = ex.side(1, 64 if ex.large else 4)
     ex.tensor("weight", (num, dim), dtype)
-    idx_size = (ex.side(1, 4), ex.integer(1, max(1, ex.limits.max_indices // 4)))
+    at = ex.threshold_side("indices", THRESHOLDS["torch.nn.Embedding"])
+    if at is None:
+        idx_size = (ex.side(1, 4), ex.integer(1, max(1, ex.limits.max_indices // 4)))
+    else:  # the stress and perturbation tiers: index counts on either side of a switch
+        idx_size = (1, at)
     ex.indices("idx", idx_size, num)
     padding_idx = case.get("padding_idx")
     if ex.form == "nn.Module":
@@ -1493,3 +1503,34 @@ def interpolate(draw, entry, case, device):
         align_corners = ex.kwarg("align_corners", (False, True))
         return ex.program(interpolate_op, grads=("x",), size=size, mode=mode, align_corners=align_corners)
     return ex.program(interpolate_op, grads=("x",), size=size, mode=mode)
+
+
+# Kernel thresholds -----------------------------------------------------------------------------
+# Where a kernel switches algorithm by size or collision count, from the torch source (the op's
+# qualified name as its recipe is registered -> each switch: the quantity it reads, the value, the
+# device and compile setting it applies to, what changes there and where it is said). The recipes
+# above read it through Example.threshold_side: in the stress and perturbation tiers their examples
+# sit just below and just above each switch that applies to the case's device and compile setting
+# (eager, or compiled: any other setting than "eager"). No index/scatter switch is recorded yet: none
+# by count was found with a place in the torch source to cite (the CPU scatter fast path,
+# can_use_expanded_index_path in aten/src/ATen/native/TensorAdvancedIndexing.h, is chosen by the
+# dtype and the index's layout, not by a count).
+# Values are spelled as expressions: Hypothesis draws the integer literals of 100 or more it finds in
+# the project's modules, and a new one would change the examples every case draws.
+THRESHOLDS: dict[str, tuple[dict[str, Any], ...]] = {
+    "torch.nn.Embedding": (
+        {"quantity": "indices", "at": 3 * 2**10, "device": "cuda", "compile": "eager",
+         "switch": "num_indices <= 3072 and not scale_grad_by_freq: embedding_backward_feature_kernel; "
+                   "above: indices sorted, then the segmented embedding_backward_cuda_kernel",
+         "source": "aten/src/ATen/native/cuda/Embedding.cu, embedding_dense_backward_cuda"},
+    ),
+    "torch.cumsum": (
+        {"quantity": "elements", "at": 10**6 + 3, "device": "cuda", "compile": "inductor",
+         "switch": "compiled cumsum differed between runs from this length on",
+         "source": "pytorch/pytorch#190946"},
+        {"quantity": "elements", "at": 2**15, "device": "cpu", "compile": "eager",
+         "switch": "cpu_cum_base_kernel splits the lines along dim between threads (iter.for_each with grain "
+                   "GRAIN_SIZE / size(dim)) only when the tensor holds more than GRAIN_SIZE elements",
+         "source": "aten/src/ATen/native/cpu/ReduceOpsKernel.cpp, cpu_cum_base_kernel; at::internal::GRAIN_SIZE"},
+    ),
+}

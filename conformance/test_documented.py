@@ -12,6 +12,7 @@ import pytest
 from detconf.conformance.findings import known_finding
 from detconf.conformance.harness import d2d_message, failure_message, judge, skipped_row
 from detconf.conformance.isolated import judge_in_subprocess
+from detconf.conformance.perturbed import judge_perturbed
 from detconf.vocabulary import is_passing
 
 
@@ -32,7 +33,10 @@ def test_documented(conformance_case, detconf_settings, record_row, request):
     # (old docs' cuBLAS list: a raise *without* CUBLAS_WORKSPACE_CONFIG, which the plugin sets
     # for everything else) runs in a fresh process without it (Backend.unset_for_qualifier).
     unset = backend.env_to_unset(case.entry.qualifiers)
-    if backend.isolate_modes or detconf_settings["isolate"] or unset:
+    if detconf_settings.get("perturb") and not unset:
+        row = judge_perturbed(case, profile=detconf_settings["profile"], runs=detconf_settings["runs"],
+                              device_index=backend.index)
+    elif backend.isolate_modes or detconf_settings["isolate"] or unset:
         row = judge_in_subprocess(case, profile=detconf_settings["profile"], runs=detconf_settings["runs"],
                                   unset_env=unset, device_index=backend.index)
     else:

@@ -2,7 +2,7 @@
 
 ``detconf run [pytest args]`` runs the conformance suite (the installed one, or the checkout this
 module belongs to) from any folder; ``detconf report SUB [args]`` is ``python -m detconf.reports SUB``
-(build, diff, drift, sensitivity, overview, certify, verify, fingerprints: ``REPORT_COMMANDS``,
+(build, diff, drift, sensitivity, overview, certify, verify, fingerprints, upstream: ``REPORT_COMMANDS``,
 which the reports CLI's parser lists; its own parser answers for the subcommand);
 ``detconf gpu-run [options] [-- pytest args]`` checks and installs the requirements from a wheel
 folder, runs every step of the suite on a GPU machine and archives what they wrote (:mod:`detconf.gpurun`); ``detconf gpu-pack`` packs the suite, the wheels a
@@ -20,7 +20,7 @@ from pathlib import Path
 from detconf.suite import suite_root
 
 #: Every subcommand of ``python -m detconf.reports`` (its parser takes its list from here).
-REPORT_COMMANDS = ("build", "diff", "drift", "sensitivity", "overview", "certify", "verify", "fingerprints")
+REPORT_COMMANDS = ("build", "diff", "drift", "sensitivity", "overview", "certify", "verify", "fingerprints", "upstream")
 
 USAGE = ("usage: detconf {run,options,report,gpu-run,gpu-pack} [args]   (detconf --help: what each does)")
 
@@ -35,7 +35,8 @@ commands:
   options               detconf's options, grouped, and the Hypothesis profiles with what each costs
   report SUB [args]     python -m detconf.reports SUB: build (the matrix of results files), diff (two runs
                         cell by cell), drift (the documented promises across releases),
-                        sensitivity, overview, certify, verify, fingerprints (two GPUs' bytes)
+                        sensitivity, overview, certify, verify, fingerprints (two GPUs' bytes),
+                        upstream (a failing cell as a torch-only script and an issue text)
   gpu-run [options]     everything on a GPU machine offline, inside a --budget, into one archive
                         (detconf gpu-run --help)
   gpu-pack [options]    pack the suite, its revision and the wheels a lent GPU lacks into one

@@ -61,10 +61,12 @@ def torch_in(version: str, specifier: SpecifierSet) -> bool:
 
 def covers(row: Mapping[str, Any], *, source: str, entry_id: str, torch: SpecifierSet,
            devices: Collection[str] = (), modes: Collection[str] = (), compile: Collection[str] = (),
-           phases: Collection[str] = ()) -> bool:
+           phases: Collection[str] = (), docs: SpecifierSet | None = None) -> bool:
     """Does a finding with these fields cover ``row`` (its verdict aside)? Empty ``devices`` /
     ``modes`` / ``compile`` / ``phases``: every one; a row without a compile setting is eager,
-    a row without a phase is ``program``."""
+    a row without a phase is ``program``. ``docs``: the releases whose docstring the row was
+    judged against (its ``doc_version``; a row without one was judged against the docs of the
+    torch it ran, ``2.13.0+cpu`` -> 2.13.0); None: any."""
     return (
         row.get("source") == source
         and row.get("entry_id") == entry_id
@@ -73,4 +75,5 @@ def covers(row: Mapping[str, Any], *, source: str, entry_id: str, torch: Specifi
         and (not modes or row.get("mode") in modes)
         and (not compile or (row.get("compile") or "eager") in compile)
         and (not phases or (row.get("phase") or "program") in phases)
+        and (docs is None or torch_in(str(row.get("doc_version") or row.get("torch_version", "")), docs))
     )

@@ -105,3 +105,12 @@ def record(root: Path, files: list[str]) -> dict:
         "changed": list(rev.changed) if rev else [],
         "files": {name: file_digest(root / name) for name in files if name not in _UNCOVERED},
     }
+
+
+def plan_digest(fields: dict) -> str:
+    """SHA-256 of a plan's ``planned_entries`` and ``planned_cases`` (as a run record lists them),
+    over their canonical JSON: the run writes it from the plan it ran, a fresh process from the
+    suite's own plan for the same options, and a certification compares the two."""
+    chosen = {"planned_entries": fields.get("planned_entries"), "planned_cases": fields.get("planned_cases")}
+    text = json.dumps(chosen, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -59,13 +59,19 @@ SOURCES: dict[str, str] = {
     "flag-api": "the flag API: use_deterministic_algorithms and its getters, the debug mode",
     "repro-notes": "the reproducibility notes: seeds, CUBLAS_WORKSPACE_CONFIG, cuDNN, fill_uninitialized_memory, "
                    "DataLoader",
+    "sdpa": "scaled_dot_product_attention per backend (math, flash, efficient, cuDNN): determinism, once-per-process "
+            "warnings, backends excluded under the mode",
+    "flex-attention": "flex_attention backward: its NotImplementedError / ValueError (not the alert) and its "
+                      "UserWarning under warn_only",
     "sweep": "every OpInfo of torch's op database, under the general contract",
 }
 SOURCE_NAMES = tuple(SOURCES)
 OP_SOURCES = ("torch-docs", "ascend", "vendor")
-CHECK_SOURCES = ("flag-api", "repro-notes")
-OPT_IN_SOURCES = ("sweep",)
-DEFAULT_SOURCES = OP_SOURCES + CHECK_SOURCES
+CHECK_SOURCES = ("flag-api", "repro-notes", "sdpa", "flex-attention")
+#: Sources a run uses only when named (``--source``): the sweep, and flex attention, whose CUDA
+#: cells compile with Inductor (tens of seconds each).
+OPT_IN_SOURCES = ("sweep", "flex-attention")
+DEFAULT_SOURCES = tuple(s for s in OP_SOURCES + CHECK_SOURCES if s not in OPT_IN_SOURCES)
 #: Sources whose expectations hold on every device the docs speak of, named by the sentence or not.
 STRICT_SOURCES = ("torch-docs",)
 #: The device types torch's determinism docstring names. On any other (a PrivateUse1 backend),

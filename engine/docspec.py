@@ -26,6 +26,11 @@ No release from 1.8 to 2.15 maps two bullets to one id (tests check all of them)
 a release that does is rejected by ``check_unique`` until the vocabulary gains the
 qualifier that tells the two bullets apart.
 
+Two bullets may also contradict each other: 2.15 lists ``Tensor.scatter_reduce`` "when called
+on CUDA or MPS tensor" as raising while ``reduce='sum'`` or ``'mean'`` on CUDA stays
+deterministic. :func:`find_contradictions` finds such pairs (the catalog then judges the shared
+calls once, against the more specific sentence: :mod:`conformance.catalog`).
+
 Snapshots are read from a folder the caller names, laid out as
 ``<folder>/<version>/use_deterministic_algorithms.txt`` (the project's copies of
 every release since 1.8 are ``conformance/data/torch-docs``, see
@@ -36,6 +41,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +247,75 @@ def snapshot_text(version: str, folder: Path) -> str:
 def snapshot_entries(version: str, folder: Path) -> list[Entry]:
     """Entries promised by the docstring of release ``version`` (e.g. ``"2.13.0"``) in ``folder``."""
     return parse_docstring(snapshot_text(version, folder), doc_version=version)
+
+
+# --- contradictions ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Contradiction:
+    """Two entries of one docstring that promise opposite things for the same calls.
+
+    ``specific`` covers a subset of ``general``'s calls (its devices among the general's, its
+    keyword values among the general's, at least one condition more); the shared calls are judged
+    against ``specific``, the more specific sentence. ``devices``: the device types both cover
+    (``()``: every device); ``cases``: the specific entry's keyword cases, i.e. the shared calls."""
+
+    specific: Entry
+    general: Entry
+    devices: tuple[str, ...]
+
+    def note_for_specific(self) -> str:
+        return (f"contradicted by {self.general.id!r} of the same docstring ({self.general.list_name} list: "
+                f"{self.general.sentence!r}), which promises {self.general.promise!r} for these calls; they are "
+                "judged against this sentence, the more specific one")
+
+    def note_for_general(self) -> str:
+        return (f"contradicts {self.specific.id!r} of the same docstring ({self.specific.list_name} list: "
+                f"{self.specific.sentence!r}), which promises {self.specific.promise!r} for some of this sentence's "
+                "calls; those calls are judged against that more specific sentence and left out here")
+
+
+def _case_values(entry: Entry) -> dict[str, set]:
+    values: dict[str, set] = {}
+    for case in entry.cases:
+        for name, value in case:
+            values.setdefault(name, set()).add(value)
+    return values
+
+
+def _within(inner: Entry, outer: Entry) -> bool:
+    """Are all of ``inner``'s calls among ``outer``'s (devices, keyword values, the other conditions)?"""
+    if outer.devices and not (inner.devices and set(inner.devices) <= set(outer.devices)):
+        return False
+    inner_values, outer_values = _case_values(inner), _case_values(outer)
+    if any(name not in inner_values or not inner_values[name] <= values for name, values in outer_values.items()):
+        return False
+    if outer.dtypes and not (inner.dtypes and set(inner.dtypes) <= set(outer.dtypes)):
+        return False
+    return (not set(outer.qualifiers) - set(inner.qualifiers)
+            and all(not getattr(outer, flag) or getattr(inner, flag)
+                    for flag in ("indices_output", "weights_given", "quantized", "sparse_dense")))
+
+
+def find_contradictions(entries: list[Entry]) -> list[Contradiction]:
+    """Every pair of entries of one docstring (source and release) about the same op and
+    direction (forward or backward) whose promises are opposite (``deterministic`` against
+    ``raises``) while one covers all of the other's calls.
+
+    Two such entries of the same scope (each covers the other's calls) leave no sentence to judge
+    by: :class:`CatalogError` naming both bullets, as for two bullets with one id.
+    """
+    found = []
+    for a, b in itertools.combinations(entries, 2):
+        if (a.op != b.op or a.source != b.source or a.doc_version != b.doc_version or a.backward != b.backward
+                or {a.promise, b.promise} != {"deterministic", "raises"}):
+            continue
+        a_in_b, b_in_a = _within(a, b), _within(b, a)
+        if a_in_b and b_in_a:
+            raise CatalogError(f"{a.doc_version or 'docstring'}: {a.list_name} bullet {a.position} ({a.sentence!r}) and "
+                               f"{b.list_name} bullet {b.position} ({b.sentence!r}) promise opposite things for the same "
+                               "calls, and neither is more specific")
+        if a_in_b or b_in_a:
+            specific, general = (a, b) if a_in_b else (b, a)
+            found.append(Contradiction(specific=specific, general=general, devices=specific.devices))
+    return found

@@ -50,6 +50,9 @@ class Entry:
       ``">=2.2"``); ``None``: every release. A case of an entry whose range leaves out the
       torch under test is not run (``conformance.plan``). The torch-docs entries need none:
       they are read from the docstring of the release under test.
+    - ``contradicts``: where another entry of the same docstring promises the opposite for
+      calls this entry covers (a *contradiction*, :func:`engine.docspec.find_contradictions`),
+      which entry that is, its sentence, and which of the two judges those calls; ``""``: none.
     """
 
     id: str
@@ -70,6 +73,7 @@ class Entry:
     list_name: str = ""
     position: int = 0
     torch: str | None = None
+    contradicts: str = ""
 
     def __post_init__(self) -> None:
         if self.promise not in PROMISES:
@@ -111,6 +115,8 @@ class Entry:
         d["qualifiers"] = list(self.qualifiers)
         if self.torch is None:
             del d["torch"]  # every release: the catalog files leave the field out
+        if not self.contradicts:
+            del d["contradicts"]  # the common case: no other entry says the opposite
         return d
 
     @classmethod

@@ -31,6 +31,7 @@ from detconf.engine.compiled import CompileSnapshot, Compiler, compiled_reach, i
 from detconf.engine.determinism import apply_mode, deterministic_mode
 from detconf.engine.fingerprint import sha256
 from detconf.engine.observation import Observation
+from detconf.engine.perturb import Perturber, inputs_digest
 from detconf.engine.program import Program
 from detconf.engine.trace import DispatchTrace, OpFailure, reached, top_ops
 
@@ -85,6 +86,10 @@ class RunOutcome:
     ops: frozenset[str] = frozenset()
     #: Evidence that the program draws from a random generator (None: it does not).
     random: str | None = None
+    #: Perturbation tier only: the SHA-256 of the inputs (equal inputs across processes) ...
+    inputs_digest: str | None = None
+    #: ... and, when asked, one more run on one thread compared with run 0 (sensitivity).
+    threads: dict[str, Any] | None = None
 
 
 def dense_cpu(t: torch.Tensor) -> torch.Tensor:
@@ -428,6 +433,7 @@ def run_program(
     phase: str = "program",
     compiler: Compiler | None = None,
     eager_reached: bool | None = None,
+    perturber: Perturber | None = None,
 ) -> RunOutcome:
     """:func:`observe`, keeping run 0's values for a differential comparison.
 
@@ -444,6 +450,10 @@ def run_program(
     compiled code (no compiled graph ran, or a graph break left it to eager) is
     ``unsupported`` with the reason, unless it raised the alert: it says nothing about
     compiled code.
+
+    With a ``perturber`` (the perturbation tier, :mod:`engine.perturb`) memory is scribbled
+    before every run and a competing load runs during them; the outcome carries the inputs'
+    digest and, where the perturber asks, a one-thread run compared with run 0.
     """
     if runs < 2:
         raise ValueError(f"runs must be at least 2 to compare, got {runs}")
@@ -457,8 +467,15 @@ def run_program(
     records = []
     with deterministic_mode(mode, rng=True):
         compiled_fn = compiler.compile(program.fn) if compiler is not None else None
-        for _ in range(runs):
-            records.append(_run_once(program, synchronize, mode=mode, phase=phase, fn=compiled_fn, compiler=compiler))
+        if perturber is None:
+            for _ in range(runs):
+                records.append(_run_once(program, synchronize, mode=mode, phase=phase, fn=compiled_fn, compiler=compiler))
+        else:
+            with perturber.during(_device_of(program)):
+                for _ in range(runs):
+                    perturber.before_run(program.inputs, records[-1].values if records else [])
+                    records.append(_run_once(program, synchronize, mode=mode, phase=phase, fn=compiled_fn,
+                                             compiler=compiler))
     obs = Observation(runs=runs, example=program.describe, repro=program.repro, case=dict(case or {}))
     dispatched: Counter = Counter()
     for r in records:
@@ -511,7 +528,37 @@ def run_program(
             obs.identical, obs.mismatch, obs.max_abs_diff = False, mismatch, diff
             break
     obs.fingerprint = fingerprint(records[0])
-    return RunOutcome(obs, list(zip(records[0].labels, records[0].values)), ops=ops, random=random)
+    outcome = RunOutcome(obs, list(zip(records[0].labels, records[0].values)), ops=ops, random=random)
+    if perturber is not None:
+        outcome.inputs_digest = inputs_digest(program.inputs)
+        if perturber.setup.probe_threads:
+            outcome.threads = _one_thread_run(program, records[0], synchronize, mode=mode, phase=phase,
+                                              fn=compiled_fn, compiler=compiler)
+    return outcome
+
+
+def _device_of(program: Program) -> torch.device:
+    return next((t.device for t in program.inputs.values() if isinstance(t, torch.Tensor)), torch.device(HOST))
+
+
+def _one_thread_run(program: Program, first: RunRecord, synchronize: Callable[[], None], *, mode: str, phase: str,
+                    fn: Callable[..., Any] | None, compiler: Compiler | None) -> dict[str, Any]:
+    """Thread-count sensitivity: the same inputs once more on one CPU thread, compared with run 0
+    (which ran on the process's thread pool). The docs promise no thread-count invariance: the
+    result is reported, never judged."""
+    threads = torch.get_num_threads()
+    if threads == 1:
+        return {"threads": [1, 1], "same": None, "why": "the pool has one thread: nothing to compare"}
+    torch.set_num_threads(1)
+    try:
+        with deterministic_mode(mode, rng=True):
+            record = _run_once(program, synchronize, mode=mode, phase=phase, fn=fn, compiler=compiler)
+    finally:
+        torch.set_num_threads(threads)
+    if record.alert_error or record.unsupported or record.other_error:
+        return {"threads": [threads, 1], "same": None, "why": "the one-thread run did not complete"}
+    same, mismatch, _ = compare_runs(first, record)
+    return {"threads": [threads, 1], "same": same, **({"mismatch": mismatch} if mismatch else {})}
 
 
 def _compiled_evidence(obs: Observation, records: list[RunRecord], targets: tuple[str, ...] | None,

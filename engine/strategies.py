@@ -33,6 +33,9 @@ __all__ = [
     "set_scale",
     "current_scale",
     "scale_limits",
+    "set_threshold_limit",
+    "threshold_limit",
+    "threshold_sides",
     "seeds",
     "shapes",
     "float_dtypes",
@@ -124,6 +127,41 @@ def scale_limits(name: str | None = None) -> Scale:
     if name not in SCALES:
         raise InvalidArgument(f"scale_limits: name must be one of {sorted(SCALES)}, got {name!r}")
     return SCALES[name]
+
+
+# ---------------------------------------------------------------------------
+# Kernels' thresholds
+
+#: The largest count (elements, indices) the perturbation tier puts at a threshold when the
+#: device's memory is not known (64 Ki); the stress tier uses its own scale's maximum.
+PERTURB_THRESHOLD_NUMEL = 1 << 16
+
+_threshold_limit: int | None = None
+
+
+def set_threshold_limit(limit: int | None) -> None:
+    """Outside the stress tier, have recipes draw examples at their kernels' thresholds up to
+    ``limit`` (the perturbation tier); None: the normal tier, no threshold examples."""
+    if limit is not None:
+        _check_int("limit", limit, min_value=1)
+    global _threshold_limit
+    _threshold_limit = limit
+
+
+def threshold_limit() -> int | None:
+    """The largest count a threshold example may hold: in the stress tier the stress scale's
+    ``max_numel`` (sized to the device's memory), else what :func:`set_threshold_limit` set;
+    None where examples are not drawn at thresholds (the normal tier)."""
+    if _scale == "stress":
+        return SCALES["stress"].max_numel
+    return _threshold_limit
+
+
+def threshold_sides(at: int) -> tuple[int, int]:
+    """The counts just below and just above a kernel's switch at ``at``: ``at - 1`` and ``at + 1``
+    take different paths whether the kernel tests ``n < at``, ``n <= at`` or ``n >= at``."""
+    _check_int("at", at, min_value=2)
+    return (at - 1, at + 1)
 
 
 # ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 
 from detconf.plugin.devices import use_devices
 from detconf.plugin.options import compilers, is_worker
-from detconf.plugin.plan import case_plan, unknown_findings
+from detconf.plugin.plan import case_plan, plan_options, unknown_findings
 from detconf.plugin.results import ResultsWriter
 from detconf.plugin.validation import check_options, one_line, writes_results
 
@@ -80,6 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
     elif writes_results(config):
         writer = ResultsWriter(Path(config.getoption("--results")), config)
         writer.open(planned=config._detconf_plan)  # a usage error when the file cannot be written
+        writer.start_suite_plan(plan_options(config), config.getoption("--device"))
         config.pluginmanager.register(writer, "detconf-results")
 
 

@@ -27,6 +27,7 @@ def detconf_settings(request: pytest.FixtureRequest) -> dict:
         "backends": {b.name: b for b in config._detconf_backends},
         "runs": config.getoption("--runs"),
         "isolate": config.getoption("--isolate"),
+        "perturb": config.getoption("--perturb"),
         "sources": config.getoption("--source") or list(DEFAULT_SOURCES),
         "doc_version": config.getoption("--doc-version"),
         "profile": settings._current_profile,

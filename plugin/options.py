@@ -5,11 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from detconf.conformance import profiles
 from detconf.vocabulary import DEFAULT_COMPILERS
 
 #: The suite's root: the checkout, or the folder the packages are installed in (``pip install .``).
-ROOT = Path(profiles.__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent
 #: A checkout writes its results under its own reports/out/; an installed suite under the
 #: folder pytest runs in.
 DEFAULT_RESULTS = ((ROOT if (ROOT / "pytest.ini").is_file() else Path.cwd()) / "reports" / "out" / "results.jsonl")
@@ -39,8 +38,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="eager | aot_eager | inductor (repeatable; default: eager): run each case's program as "
                          "written or through torch.compile with that backend")
     group.addoption("--source", action="append", default=None, metavar="NAME",
-                    help="catalog source (repeatable): torch-docs, ascend, vendor, flag-api, repro-notes, sweep; "
-                         "default: all but sweep")
+                    help="catalog source (repeatable): torch-docs, ascend, vendor, flag-api, repro-notes, sdpa, "
+                         "flex-attention, sweep; default: all but the opt-in flex-attention and sweep")
     group.addoption("--doc-version", default=None, metavar="X.Y.Z",
                     help="judge the installed torch against this release's documented promises")
     group.addoption("--no-complements", action="store_true",
@@ -52,6 +51,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--runs", default="2", metavar="N", help=f"runs per example (2 to {MAX_RUNS}; default 2)")
     group.addoption("--isolate", action="store_true",
                     help="judge every case in a fresh process (always on for backends that need it, e.g. npu)")
+    group.addoption("--perturb", action="store_true",
+                    help="the perturbation tier: judge each case in 2 fresh processes on the same examples and compare "
+                         "them per example, with memory scribbled between runs, empty compile caches, distorted "
+                         "benchmarking and a competing GPU load (docs/perturbation.md)")
     group.addoption("--no-report-build", action="store_true",
                     help="do not build the matrix (in <results file without suffix>-report/) at the end")
     group.addoption("--worker-memory", default=None, metavar="GIB",

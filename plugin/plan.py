@@ -22,42 +22,30 @@ def case_plan(config: pytest.Config):
     cached = getattr(config, "_detconf_plan", None)
     if cached is not None:
         return cached
-    from detconf.conformance.catalog import load_catalog
-    from detconf.conformance.plan import plan
-    from detconf.vocabulary import DEFAULT_SOURCES
-
-    sources = config.getoption("--source") or list(DEFAULT_SOURCES)
-    modes = config.getoption("--mode") or list(DEFAULT_MODES)
-    catalog = load_catalog(sources, doc_version=config.getoption("--doc-version"))
-    if "torch-docs" in sources and not config.getoption("--no-complements"):
-        from detconf.conformance.complements import complements
-
-        catalog = catalog + complements(catalog)
-    config._detconf_catalog_ids = {(e.source, e.id) for e in catalog}
-    devices = [b.name for b in config._detconf_backends]
-    chosen = compilers(config)
-    compiles = None
-    if any(c != "eager" for c in chosen):
-        import detconf.conformance.registry  # noqa: F401  (the checks say which of them compile what they observe)
-        from detconf.engine.checks import compiles as check_compiles
-
-        def compiles(entry):
-            return check_compiles(entry.source, entry.id)
     import torch
 
-    # A promise limited to some releases (an entry's ``torch`` range) is planned as not
-    # applicable to the torch under test: --doc-version's release, else the installed one.
-    cases = plan(catalog, devices, list(dict.fromkeys(modes)), chosen, compiles=compiles,
-                 torch_version=str(torch.__version__), doc_version=config.getoption("--doc-version"))
-    config._detconf_plan_unsharded = len(cases)
-    shard = getattr(config, "_detconf_shard", None)
-    if shard is not None:
-        from detconf.conformance.shard import select
+    from detconf.conformance.planned import suite_plan_for
 
-        cases = select(cases, *shard)
+    found = suite_plan_for(**plan_options(config), devices=[b.name for b in config._detconf_backends],
+                           torch_version=str(torch.__version__))
+    config._detconf_catalog_ids = found.catalog_ids
+    config._detconf_plan_unsharded = found.unsharded
+    cases = found.cases
     config._detconf_plan = cases
     config._detconf_case_by_id = {c.id: c for c in cases}
     return cases
+
+
+def plan_options(config: pytest.Config) -> dict:
+    """The options a plan comes from (but the devices): what :func:`case_plan` plans with and
+    what the fresh process that plans them again (:func:`detconf.conformance.planned.suite_plan`) is given."""
+    from detconf.vocabulary import DEFAULT_SOURCES
+
+    shard = getattr(config, "_detconf_shard", None)
+    return {"sources": list(config.getoption("--source") or DEFAULT_SOURCES),
+            "modes": list(dict.fromkeys(config.getoption("--mode") or DEFAULT_MODES)),
+            "compilers": compilers(config), "doc_version": config.getoption("--doc-version"),
+            "complements": not config.getoption("--no-complements"), "shard": list(shard) if shard else None}
 
 
 def unknown_findings(config: pytest.Config) -> list[str]:
@@ -73,15 +61,22 @@ def unknown_findings(config: pytest.Config) -> list[str]:
         return []
     sources = set(config.getoption("--source") or DEFAULT_SOURCES)
     doc_version = config.getoption("--doc-version")
+    from detconf.conformance.findings import load_facts
+
     lines = []
+    # The facts' findings come first (conformance.findings.load_findings): a finding is named by its
+    # place in known-findings.json, where a reader looks for it.
+    offset = sum(len(fact.findings()) for fact in load_facts())
     for index, finding in enumerate(getattr(config, "_detconf_findings", None) or ()):
+        if index < offset:
+            continue  # a fact's cells: its entries are the facts' own (conformance/data/version-facts.json)
         if finding.source not in sources or (finding.source, finding.entry_id) in ids:
             continue
         if finding.source == "torch-docs" and (doc_version or config.getoption("--no-complements")):
             continue  # another release's docs, or complements left out: the catalog is not the whole list
         if not torch_in(str(torch.__version__), finding.torch):
             continue
-        lines.append(f"warning: known finding #{index} ({finding.source}: {finding.entry_id!r}, torch "
+        lines.append(f"warning: known finding #{index - offset} ({finding.source}: {finding.entry_id!r}, torch "
                      f"{finding.torch}) names no entry of the catalog: it waives nothing (a typo?)")
     return lines
 

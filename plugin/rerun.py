@@ -38,6 +38,8 @@ def rerun_command(config: pytest.Config, node: pytest.Item) -> str:
         args += ["--hypothesis-seed", str(option.hypothesis_seed)]
     if option.isolate:
         args.append("--isolate")
+    if getattr(option, "perturb", False):
+        args.append("--perturb")
     shard = getattr(config, "_detconf_shard", None)
     if shard is not None:
         args += ["--shard", "{}/{}".format(*shard)]

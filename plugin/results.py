@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from detconf.revision import plan_digest
 from detconf.vocabulary import DEFAULT_MODES, REPORT_FILES, SCHEMA_VERSION
 from detconf.plugin.environment import environment
 from detconf.plugin.fixtures import CASE_ATTRIBUTE, ROW_KEY, crashed_row
@@ -112,6 +113,9 @@ class ResultsWriter:
         self.mine = bytearray()  # every byte this run appended (its run record, rows and end record)
         self.lost: str | None = None  # what happened to the file during the run (replaced, deleted, ...)
         self.carried: dict[str, dict] = {}  # report node id -> the case its test's reports named
+        self.planner = None  # the fresh process planning the run's options again (start_suite_plan)
+        self.suite_plan: dict | None = None  # its answer, for the end record
+        self.whole_plan_digest = ""  # plan_digest of the run's whole plan, as it planned it
 
     # -- the file
     def open(self, planned: list) -> None:
@@ -137,6 +141,7 @@ class ResultsWriter:
                 self.run_record = {"record": "run", "schema": SCHEMA_VERSION, "run_id": self.run_id,
                                    "started": _now(), "planned": len(planned), "whole_plan": len(planned),
                                    "env": environment(self.config), **_planned_fields(planned)}
+                self.whole_plan_digest = plan_digest(self.run_record)  # before any selection narrows the record
                 try:
                     self._append(self.run_record, sync=True)
                     info = os.fstat(fd)
@@ -154,6 +159,38 @@ class ResultsWriter:
             finally:
                 os.close(fd)
             raise pytest.UsageError(problem)
+
+    def start_suite_plan(self, options: dict, devices: list[str] | None) -> None:
+        """Plan the run's options again in a fresh process, where no conftest.py or pytest
+        plugin of this run takes part (:func:`detconf.conformance.planned.suite_plan`): the end
+        record says its answer (``suite_plan``) and a certification compares it with the plan
+        the run record lists. Only for a run a certification could accept (the default
+        sources, modes and compile setting at least): it costs a process that imports torch."""
+        from detconf.child import start_child
+        from detconf.conformance.planned import SUITE_PLAN_TARGET
+        from detconf.vocabulary import DEFAULT_COMPILERS, DEFAULT_SOURCES
+
+        if not (set(DEFAULT_SOURCES) <= set(options["sources"]) and set(DEFAULT_MODES) <= set(options["modes"])
+                and set(DEFAULT_COMPILERS) <= set(options["compilers"])):
+            return
+        try:
+            self.planner = start_child(SUITE_PLAN_TARGET, {**options, "devices": devices})
+        except OSError as exc:
+            self.suite_plan = {"error": f"cannot start the process that plans the run again: {exc.strerror or exc}"}
+
+    def _finish_suite_plan(self) -> None:
+        from detconf.child import ChildFailed, finish_child
+
+        planner, self.planner = self.planner, None
+        if planner is None:
+            return
+        try:
+            found = finish_child(planner, timeout=300, what="the suite's own plan")
+        except ChildFailed as exc:
+            self.suite_plan = {"error": one_line(exc.reason or str(exc))}
+            return
+        self.suite_plan = {"cases": found["cases"], "digest": found["digest"],
+                           "same": found["digest"] == self.whole_plan_digest}
 
     def _claim(self, fd: int, shown: str, fresh: bool) -> str | None:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -368,16 +405,22 @@ class ResultsWriter:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # rows are missing: not a clean run
         if self.write_error:
             return
+        self._finish_suite_plan()
         try:
             self._append({"record": "end", "schema": SCHEMA_VERSION, "run_id": self.run_id, "ended": _now(),
                           "exitstatus": int(session.exitstatus), "planned": self.planned,
                           "written": len(self.written), "missing": self.missing(),
-                          "outcome": "empty" if empty else "complete" if not self.missing() else "incomplete"},
+                          "outcome": "empty" if empty else "complete" if not self.missing() else "incomplete",
+                          **({"suite_plan": self.suite_plan} if self.suite_plan is not None else {})},
                          sync=True)
         except OSError as exc:
             self._failed(exc)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.planner is not None:  # the run ended before its end record (a usage error, an interrupt)
+            self.planner.kill()
+            self.planner.communicate()
+            self.planner = None
         if self.standby is not None:
             self.standby.stop()
             self.standby = None
@@ -433,6 +476,15 @@ class ResultsWriter:
         tr = terminalreporter
         for line in getattr(config, "_detconf_unknown_findings", ()):
             tr.write_line(terminal(one_line(line)), yellow=True)
+        plan = self.suite_plan or {}
+        if plan.get("same") is False:
+            tr.write_line(terminal(one_line(
+                f"warning: this run planned {self.run_record.get('whole_plan')} cases; the suite plans "
+                f"{plan.get('cases')} for the same options in a fresh process: a conftest.py or pytest plugin "
+                "changed the plan (a certification refuses this run)")), red=True)
+        elif plan.get("error"):
+            tr.write_line(terminal(one_line(f"warning: the suite's own plan could not be computed: {plan['error']} "
+                                            "(a certification refuses this run)")), yellow=True)
         if not self.written and not self.planned and not self.write_error:
             if self.fd is not None:
                 tr.write_line(terminal(one_line(f"detconf: no conformance case ran: {self._empty_plan_reason()}; "

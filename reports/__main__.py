@@ -1,4 +1,4 @@
-"""``python -m detconf.reports {build,diff,drift,sensitivity,overview,certify,verify,fingerprints}``.
+"""``python -m detconf.reports {build,diff,drift,sensitivity,overview,certify,verify,fingerprints,upstream}``.
 
 Exit status: 0 success; 1 ``diff`` found a regression, or ``verify`` (or the check at the end of
 ``certify``) refused the package, one line per problem; 2 bad input, an output that cannot be
@@ -72,6 +72,8 @@ def _parser():
                    add_help=False)
     sub.add_parser("overview", help="one bar per column across torch versions and devices (overview.png, "
                                     "overview.md); arguments are passed on", add_help=False)
+    sub.add_parser("upstream", help="a torch-only reproducer and an issue text per failing or waived cell "
+                                    "(reports.upstream); arguments are passed on", add_help=False)
     sub.add_parser("fingerprints", help="two GPUs' results compared example by example (reports.fingerprints); "
                                         "arguments are passed on", add_help=False)
     return parser
@@ -103,6 +105,10 @@ def _run(argv: list[str]) -> int:
         from detconf.reports.overview import main as overview_main
 
         return overview_main(argv[1:])
+    if argv and argv[0] == "upstream":
+        from detconf.reports.upstream import main as upstream_main
+
+        return upstream_main(argv[1:])
     if argv and argv[0] == "fingerprints":
         from detconf.reports.fingerprints import main as fingerprints_main
 

@@ -2,9 +2,12 @@
 failing or missing cell with its evidence in one line, the known finding that waives it (where
 the run recorded one) and a command that runs it again.
 
-A run passes when no cell is failing, or every failing cell is waived by a known finding (the
-row's ``detail.known_finding``, recorded by the run that judged it); a ``missing`` cell (planned,
-no row) is never waived. The evidence comes from the rows' own lines, read back from the results
+The answer is one word of :data:`ANSWER_WORDS`: ``FAIL`` when a cell fails (or is missing) and no
+known finding waives it (the row's ``detail.known_finding``, recorded by the run that judged it; a
+``missing`` cell, planned with no row, is never waived); ``PASS WITH WAIVERS`` when every failing
+cell is waived; ``NO VERDICT`` when no cell was judged (every one unsupported, skipped or
+informational); ``PASS`` otherwise. The terminal, ``matrix.md``, ``matrix.html``, ``matrix.png``
+and ``summary.json`` all say the word this module gives. The evidence comes from the rows' own lines, read back from the results
 files for the cells listed only (:meth:`reports.results.Results.line_batches`).
 """
 
@@ -18,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from detconf.vocabulary import INFORMATIONAL
 from detconf.reports.planned import MISSING
 from detconf.reports.records import EAGER, PASSING, VERDICTS
 from detconf.reports.safe import one_line
@@ -28,6 +32,17 @@ EVIDENCE_CHARS = 240
 _EVIDENCE_FIELDS = ("unsupported", "wrong_result", "reason", "error", "mismatch", "example")
 #: Failing or missing cells listed with their evidence (beyond: counted, and the run fails).
 ANSWER_MAX_CELLS = 10_000
+#: Passing verdicts that judge nothing: the op is not there, the device is not, or mode off
+#: only records what it saw. A report whose every cell is one of these has no verdict.
+NOT_JUDGED = ("unsupported", "skipped") + INFORMATIONAL
+
+#: The answer words, worst first, with what each means (every place that shows a word explains it).
+ANSWER_WORDS: dict[str, str] = {
+    "FAIL": "a cell failed (or is missing: planned, no row) and no known finding waives it",
+    "PASS WITH WAIVERS": "cells failed, but each one is waived by a known finding the run recorded",
+    "NO VERDICT": "nothing was judged: every cell is unsupported, skipped or informational (mode off)",
+    "PASS": "every judged cell conforms to what the docs promise",
+}
 
 
 @dataclass(frozen=True)
@@ -44,6 +59,46 @@ class Cell:
     evidence: str
     finding: str  # the known finding that waives it ("" where none)
     rerun: str
+    column_code: int = -1  # the matrix column (index into ``Matrix.columns``)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a report covers, for its title: torch versions, device types, sources, the suite's
+    revisions and the days the runs started."""
+
+    torch: list[str]
+    devices: list[str]
+    sources: list[str]
+    suites: list[str]
+    dates: list[str]
+
+    @property
+    def text(self) -> str:
+        """``torch 2.13.0 · cpu · torch-docs, ascend · suite 64930ba · 2026-11-27``"""
+        dates = self.dates[0] if len(self.dates) == 1 else (f"{self.dates[0]} to {self.dates[-1]}" if self.dates else "")
+        parts = ["torch " + (", ".join(self.torch) or "?"), ", ".join(self.devices) or "no device",
+                 ", ".join(self.sources) or "no source", "suite " + (", ".join(self.suites) or "unknown")]
+        return one_line(" · ".join(parts + ([dates] if dates else [])))
+
+
+def scope_of(matrix, results) -> Scope:
+    """The scope of a matrix built from ``results``: columns and entries in matrix order, the
+    suite revisions and start days of the runs that wrote the rows."""
+    def unique(values) -> list[str]:
+        return list(dict.fromkeys(str(v) for v in values if v not in (None, "")))
+
+    suites, dates = [], []
+    for run in results.runs:
+        env = run.get("env") if isinstance(run.get("env"), dict) else {}
+        revision = env.get("suite_revision")
+        if isinstance(revision, str) and revision:
+            suites.append(revision + (" (modified)" if env.get("suite_dirty") else ""))
+        started = run.get("started")
+        if isinstance(started, str) and len(started) >= 10:
+            dates.append(started[:10])
+    return Scope(torch=unique(c[0] for c in matrix.columns), devices=unique(c[1] for c in matrix.columns),
+                 sources=unique(matrix.entries["source"].tolist()), suites=unique(suites), dates=sorted(set(dates)))
 
 
 @dataclass
@@ -53,6 +108,31 @@ class Answer:
     cells: list[Cell] = field(default_factory=list)  # failing or missing cells, matrix order
     total: int = 0  # cells judged or planned
     more: int = 0  # failing or missing cells beyond the ANSWER_MAX_CELLS listed (counted as not waived)
+    scope: Scope | None = None  # what the report covers (None: not known)
+
+    @property
+    def judged(self) -> int:
+        """Cells with a verdict that judges something (not unsupported, skipped or informational)."""
+        return self.total - sum(n for v, n in self.counts.items() if v in NOT_JUDGED)
+
+    @property
+    def word(self) -> str:
+        """One of :data:`ANSWER_WORDS`."""
+        return answer_word(self.passed, len(self.cells) - self.missing + self.more, self.judged)
+
+    @property
+    def meaning(self) -> str:
+        return ANSWER_WORDS[self.word]
+
+    @property
+    def rest(self) -> str:
+        """The headline after its word and colon."""
+        return self.headline.split(": ", 1)[1]
+
+    @property
+    def title(self) -> str:
+        """``detconf PASS · torch 2.13.0 · cpu · …``: what a page or picture is titled."""
+        return "detconf " + self.word + (f" · {self.scope.text}" if self.scope is not None else "")
 
     @property
     def waived(self) -> int:
@@ -66,11 +146,18 @@ class Answer:
     def headline(self) -> str:
         """``FAIL: 3 of 931 cells failing (1 waived by a known finding), 2 missing``"""
         failing = len(self.cells) - self.missing + self.more
-        if not self.cells:
-            return f"PASS: all {self.total} cells pass"
-        if self.passed:
-            return (f"PASS: {self.total} cells; the {failing} failing ones are all waived by known findings"
-                    if failing > 1 else f"PASS: {self.total} cells; the failing one is waived by a known finding")
+        word = self.word
+        if word == "NO VERDICT":
+            return (f"NO VERDICT: none of the {self.total} cells was judged "
+                    "(every one unsupported, skipped or informational)")
+        if word == "PASS":
+            rest = self.total - self.judged
+            return f"PASS: all {self.judged} judged cells conform" + (
+                f" ({rest} more unsupported, skipped or informational)" if rest else "")
+        if word == "PASS WITH WAIVERS":
+            return (f"PASS WITH WAIVERS: {self.total} cells; the {failing} failing ones are all waived by known findings"
+                    if failing > 1 else
+                    f"PASS WITH WAIVERS: {self.total} cells; the failing one is waived by a known finding")
         parts = [f"{failing} of {self.total} cells failing" + (f" ({self.waived} waived by a known finding)"
                                                              if self.waived else "")]
         if self.missing:
@@ -78,6 +165,16 @@ class Answer:
         if self.more:
             parts.append(f"the first {len(self.cells)} listed")
         return "FAIL: " + ", ".join(parts)
+
+
+def answer_word(passed: bool, failing: int, judged: int) -> str:
+    """The word for a report or a part of one: ``passed`` (no failing cell left unwaived),
+    ``failing`` cells (waived or not, missing included) and ``judged`` cells."""
+    if not passed:
+        return "FAIL"
+    if failing:
+        return "PASS WITH WAIVERS"
+    return "PASS" if judged else "NO VERDICT"
 
 
 def rerun_command(row: dict, env: dict) -> str:
@@ -177,9 +274,33 @@ def answer_for(matrix, results) -> Answer:
         evidence, finding, rerun = facts[r]
         cells.append(Cell(row=r, entry=e, source=str(entries["source"].iloc[e]), entry_id=str(entries["entry_id"].iloc[e]),
                           phase=str(entries["phase"].iloc[e]), column=labels[int(results.column_codes[r])],
-                          verdict=str(v), evidence=evidence, finding=finding, rerun=rerun))
+                          verdict=str(v), evidence=evidence, finding=finding, rerun=rerun,
+                          column_code=int(results.column_codes[r])))
     passed = not more and all(c.finding for c in cells)
-    return Answer(passed=passed, counts=counts, cells=cells, total=int(per_code.sum()), more=more)
+    return Answer(passed=passed, counts=counts, cells=cells, total=int(per_code.sum()), more=more,
+                  scope=scope_of(matrix, results))
+
+
+def part_answers(answer: Answer, matrix) -> list[dict]:
+    """One answer per (torch version, device) of the matrix, in column order: its word, cells,
+    judged, failing and waived cells. Failing cells beyond those the answer lists count as not
+    waived."""
+    waived: dict[int, int] = {}
+    for c in answer.cells:
+        if c.finding:
+            waived[c.column_code] = waived.get(c.column_code, 0) + 1
+    parts: dict[tuple[str, str], dict] = {}
+    for j, count in enumerate(matrix.column_counts()):
+        part = parts.setdefault((count["torch_version"], count["device"]), {
+            "torch_version": count["torch_version"], "device": count["device"], "cells": 0, "judged": 0,
+            "failing": 0, "waived": 0})
+        part["cells"] += count["total"]
+        part["judged"] += count["total"] - sum(count["counts"][v] for v in NOT_JUDGED)
+        part["failing"] += count["failing"]
+        part["waived"] += waived.get(j, 0)
+    for part in parts.values():
+        part["word"] = answer_word(part["failing"] == part["waived"], part["failing"], part["judged"])
+    return list(parts.values())
 
 
 def cell_name(cell: Cell, several_sources: bool = True) -> str:
@@ -192,7 +313,9 @@ def terminal_lines(answer: Answer, several_sources: bool, limit: int = 50) -> li
     """The answer as the terminal shows it: the headline, counts per verdict, then each failing
     or missing cell (the first ``limit``) with its evidence, finding and rerun command."""
     lines = [f"detconf: {answer.headline}",
+             f"  {answer.word} = {answer.meaning}" + (f" · {answer.scope.text}" if answer.scope else ""),
              "verdicts: " + " · ".join(f"{v} {n}" for v, n in answer.counts.items())]
+    lines += [f"  {v}: {VERDICTS[v]}" for v in answer.counts]
     for cell in answer.cells[:limit]:
         mark = "~" if cell.finding else "✗"
         lines.append(f"  {mark} {cell_name(cell, several_sources)} [{cell.column}]: {cell.verdict} — {cell.evidence}")

@@ -205,13 +205,13 @@ class _Helper:
         self.child.stop()
 
 
-def _start_helpers(matrix: Matrix, results, tmp: Path) -> tuple[_Helper | None, _Helper | None]:
+def _start_helpers(matrix: Matrix, results, tmp: Path, answer) -> tuple[_Helper | None, _Helper | None]:
     """The picture and the digest in processes of their own where they are big, on more than
     one CPU. Their inputs go through files in the build's private temporary folder."""
     if (os.cpu_count() or 1) < 2:
         return None, None
     picture = digest = None
-    spec = png_spec(matrix)
+    spec = png_spec(matrix, answer=answer)
     if spec["codes"].size >= HELPER_CELLS or len(results) >= HELPER_ROWS:
         with open(tmp / ".picture.pickle", "wb") as f:
             pickle.dump(spec, f)
@@ -227,24 +227,24 @@ def _start_helpers(matrix: Matrix, results, tmp: Path) -> tuple[_Helper | None, 
 def _write(matrix: Matrix, results, tmp: Path, lap) -> dict:
     """Every report file into ``tmp``; returns the summary. ``results.csv`` is written by a
     second thread meanwhile: it is pyarrow's work, which lets go of the interpreter."""
-    picture, digest = _start_helpers(matrix, results, tmp)
+    answer = answer_for(matrix, results)  # the picture's title says it too
+    picture, digest = _start_helpers(matrix, results, tmp, answer)
     try:
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="reports-csv") as pool:
             long_form = pool.submit(write_results_csv, results, tmp / "results.csv")
             try:
                 write_matrix_csv(matrix, tmp)
                 lap("matrix.csv")
-                answer = answer_for(matrix, results)
                 write_markdown(matrix, results, tmp, answer)
                 lap("markdown")
                 write_html(matrix, results, tmp, answer)
                 lap("html")
                 if picture is None:
-                    write_png(matrix, tmp)
+                    write_png(matrix, tmp, answer=answer)
                 else:
                     picture.result()
                 lap("png")
-                summary = summary_data(matrix, results, digest.result() if digest is not None else None)
+                summary = summary_data(matrix, results, digest.result() if digest is not None else None, answer)
                 text = unicode_text(json.dumps(summary, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
                 (tmp / "summary.json").write_text(text, encoding="utf-8")
                 lap("summary")

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from detconf.vocabulary import DEFAULT_SOURCES, SOURCE_NAMES
-from detconf.reports.answer import Answer, answer_for
+from detconf.reports.answer import ANSWER_WORDS, Answer, answer_for, part_answers
 from detconf.reports.records import EAGER, PASSING, ROW_FIELDS, VERDICTS
 from detconf.reports.results import Results
 from detconf.reports.safe import csv_arrow, csv_text, holds_any, markdown_table, md_cell, one_line, plain_text
@@ -53,10 +53,6 @@ COLOURS: dict[str, str] = {
 }
 NOT_RUN_COLOUR = "#ffffff"
 _VERDICT_OR_NONE = np.array(list(VERDICT_NAMES) + [None], dtype=object)
-# Verdicts whose colour is dark enough to need white text.
-DARK_VERDICTS = frozenset({"conforms", "nondeterministic", "undocumented-nondeterminism", "wrong-result",
-                   "violated", "missing-raise", "undocumented-raise", "not-reached", "harness-error", "missing",
-                   "nondeterminism-seen"})
 
 #: Entry columns shown with the matrix, in order.
 ENTRY_COLUMNS = ("source", "doc_version", "list_name", "entry_id", "phase", "op", "promise", "sentence")
@@ -373,15 +369,27 @@ def _md_command(text: str) -> str:
 MD_MAX_CELLS = 200
 
 
-def answer_markdown(answer: Answer, several_sources: bool) -> list[str]:
-    """The answer: the headline, counts per verdict, then each failing or missing cell."""
-    word, rest = answer.headline.split(":", 1)
-    parts = [f"**{word}**:{md_cell(rest)}", "", "Cells per verdict:", "",
-             _md_table([[str(n) for n in answer.counts.values()]], list(answer.counts)), ""]
+def answer_markdown(answer: Answer, several_sources: bool, per_part: list[dict] | None = None) -> list[str]:
+    """The answer: the headline and what its word means, links to the matrix and the legend,
+    one answer per (torch version, device) where ``per_part`` has several, counts per verdict
+    with each verdict's meaning, then each failing or missing cell."""
+    parts = [f"**{answer.word}**: {md_cell(answer.rest)}", "",
+             f"{answer.word} = {md_cell(answer.meaning)}.", "",
+             "Jump to: [the compatibility matrix](#matrix) · [counts per column](#counts-per-column) · [legend](#legend)", ""]
+    if per_part and len(per_part) > 1:
+        parts += ["## Answer per torch version and device", "",
+                  _md_table([[p["torch_version"], p["device"], f"**{p['word']}**", str(p["cells"]), str(p["judged"]),
+                              str(p["failing"]), str(p["waived"])] for p in per_part],
+                            ["torch", "device", "answer", "cells", "judged", "failing", "waived"],
+                            [md_cell, md_cell, str, str, str, str, str]), "",
+                  " ".join(f"**{w}**: {md_cell(m)}." for w, m in ANSWER_WORDS.items()), ""]
+    parts += ["Cells per verdict:", "",
+              _md_table([[v, str(n), "yes" if v in PASSING else "no", VERDICTS[v]] for v, n in answer.counts.items()],
+                        ["verdict", "cells", "passing", "meaning"]), ""]
     if answer.cells:
         parts += ["## Failing and missing cells", "",
-                  f"{len(answer.cells) + answer.more} cells, in matrix order (`✗` failing, `~` failing but waived by a known "
-                  "finding the run recorded); each with its evidence and a command that runs it again "
+                  f"{len(answer.cells) + answer.more} cells, in matrix order (`✗` failing, `~` failing but waived by a "
+                  "known finding the run recorded); each with its evidence and a command that runs it again "
                   "from the suite's checkout.", ""]
         for cell in answer.cells[:MD_MAX_CELLS]:
             mark = "~" if cell.finding else "✗"
@@ -401,15 +409,16 @@ def answer_markdown(answer: Answer, several_sources: bool) -> list[str]:
 
 
 def write_markdown(matrix: Matrix, results: Results, out: Path, answer: Answer | None = None) -> None:
-    """``matrix.md``: the answer first (:mod:`reports.answer`), then the runs, the matrix (torch's
+    """``matrix.md``: titled with the answer word and what the report covers, the answer first
+    (:mod:`reports.answer`), then the runs, the matrix (torch's
     own docs first), the counts per column and the legend."""
     entry_cols = [c for c in ENTRY_COLUMNS if (c != "doc_version" or matrix.show_doc_version())
                   and (c != "phase" or matrix.show_phase())]
     counts = matrix.column_counts()
     runs = [describe_run(r) for r in results.runs]
     answer = answer or answer_for(matrix, results)
-    parts = ["# detconf compatibility matrix", ""]
-    parts += answer_markdown(answer, matrix.entries["source"].nunique() > 1)
+    parts = [f"# {md_cell(answer.title)}", ""]
+    parts += answer_markdown(answer, matrix.entries["source"].nunique() > 1, part_answers(answer, matrix))
     if runs:
         fields = [k for k in runs[0] if any(r[k] for r in runs)]
         parts += ["## Runs", "", _md_table([[r[k] for k in fields] for r in runs], fields), ""]
@@ -468,17 +477,33 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def png_spec(matrix: Matrix, limit: int = PNG_MAX_ENTRIES) -> dict:
+def _lanes(xs: list[float], widths: list[float], lanes: int) -> list[int]:
+    """A lane (0 = nearest the grid) for each label centred at ``xs`` (ascending) with
+    ``widths`` (same units), so that no two labels in one lane overlap; -1 where none is free."""
+    ends = [-np.inf] * lanes
+    out = []
+    for x, w in zip(xs, widths):
+        lane = next((k for k in range(lanes) if ends[k] < x - w / 2), -1)
+        if lane >= 0:
+            ends[lane] = x + w / 2
+        out.append(lane)
+    return out
+
+
+def png_spec(matrix: Matrix, limit: int = PNG_MAX_ENTRIES, answer: Answer | None = None) -> dict:
     """What ``matrix.png`` shows, as plain data for :func:`reports.picture.draw`: a heatmap that
     fits one screen (at most PNG_MAX_SIZE inches).
 
-    Entries across, grouped by source and list (torch's own docs first), one row per column of
+    The title says the answer (``answer``: the report's, where given) and what it covers; then
+    entries across, grouped by source and list (torch's own docs first), one row per column of
     the matrix (torch version, device, mode, compile setting); one colour per verdict. Only the
     default sources are drawn where the matrix has entries of them (the sweep's OpInfos and
-    other opt-in sources are in the HTML and CSV). Failing and missing cells are marked, the
-    first PNG_MAX_MARKS numbered and listed under the grid with their entry, column and
-    verdict. Beyond ``limit`` entries a selection (:func:`png_selection`: failing entries
-    first), beyond PNG_MAX_COLUMNS columns the first ones; the title says so.
+    other opt-in sources are in the HTML and CSV). Failing and missing cells are marked, those
+    a known finding waives with a ring, the others with a cross; the entries of the first
+    PNG_MAX_MARKS marked cells are numbered under the grid (in lanes, so no number covers
+    another) and listed under it with their column and verdict. Beyond ``limit`` entries a
+    selection (:func:`png_selection`: failing entries first), beyond PNG_MAX_COLUMNS columns
+    the first ones; the title says so.
     """
     sources_all = matrix.entries["source"].to_numpy()
     default = np.flatnonzero(np.isin(sources_all, list(DEFAULT_SOURCES)))
@@ -499,26 +524,54 @@ def png_spec(matrix: Matrix, limit: int = PNG_MAX_ENTRIES) -> dict:
     failing_codes = [i for i, v in enumerate(VERDICT_NAMES) if v not in PASSING]
     marked = np.argwhere(np.isin(codes.T, failing_codes))  # (entry, row) pairs, in matrix order
     labels = matrix.labels[:shown_columns]
+    position = {int(e): k for k, e in enumerate(selected.tolist())}
+    waived_cells = {(position[c.entry], c.column_code) for c in (answer.cells if answer else [])
+                    if c.finding and c.entry in position and 0 <= c.column_code < shown_columns}
     marks = [(int(r), int(e)) for e, r in marked.tolist()]
-    mark_labels = [_shorten(_png_text(f"{k + 1}. {entry_ids[e]} [{labels[r]}]: {VERDICT_NAMES[codes[r, e]]}"), 110)
-                   for k, (r, e) in enumerate(marks[:PNG_MAX_MARKS])]
-    if len(marks) > PNG_MAX_MARKS:
-        mark_labels.append(f"… {len(marks) - PNG_MAX_MARKS} more failing cells marked (see matrix.md)")
+    waived = [(e, r) in waived_cells for r, e in marks]
+    # The numbers name entries (the list under the grid gives each one's columns and verdicts).
+    numbered_entries = list(dict.fromkeys(e for _, e in marks))[:PNG_MAX_MARKS]
+    number_of = {e: k + 1 for k, e in enumerate(numbered_entries)}
+    mark_labels = []
+    for e in numbered_entries:
+        cells = [(r, w) for (r, e2), w in zip(marks, waived) if e2 == e]
+        text = "; ".join(f"{labels[r]}: {VERDICT_NAMES[codes[r, e]]}" + (" (waived)" if w else "") for r, w in cells)
+        mark_labels.append(_shorten(_png_text(f"{number_of[e]}. {entry_ids[e]} [{text}]"), 110))
+    unlisted = sum(1 for _, e in marks if e not in number_of)
+    if unlisted:
+        mark_labels.append(f"… {unlisted} more failing cells marked (see matrix.md)")
     total = len(matrix.entries)
-    title = f"detconf: {len(pool)} entries x {len(matrix.columns)} columns"
+    what = f"{len(pool)} entries x {len(matrix.columns)} columns"
     if len(pool) < total:
-        title += f" (default sources; {total - len(pool)} more entries in matrix.html)"
+        what += f" (default sources; {total - len(pool)} more entries in matrix.html)"
     if n_entries < len(pool):
-        title += f"; {n_entries} shown, failing entries first"
+        what += f"; {n_entries} shown, failing entries first"
     if shown_columns < len(matrix.columns):
-        title += f"; the first {shown_columns} columns shown"
+        what += f"; the first {shown_columns} columns shown"
+    n_waived = sum(waived)
+    marked_parts = ([f"x failing ({len(marks) - n_waived})"] if len(marks) > n_waived else []) + (
+        [f"o waived by a known finding ({n_waived})"] if n_waived else [])
+    if marked_parts:
+        what += "; " + ", ".join(marked_parts)
+    if answer is not None:
+        title = _png_text(f"{answer.title}") + "\n" + _png_text(f"{answer.word}: {answer.meaning}. {what}")
+    else:
+        title = f"detconf: {what}"
     label_w = 0.3 + max((len(s) for s in labels), default=8) * 0.07
     cell_w = min(0.12, (PNG_MAX_SIZE[0] - label_w - 0.4) / max(n_entries, 1))
     cell_h = min(0.24, 4.0 / max(n_rows, 1))
-    group_h = 0.2 + min(30, max((len(f"{sources[i]} · {lists[i]}") for i in group_starts), default=0)) * 0.05
-    marks_h = 0.16 * ((len(mark_labels) + 1) // 2)
+    number_w = [(len(str(number_of[e])) * 0.05 + 0.03) / cell_w for e in numbered_entries]
+    max_lanes = 4
+    lanes = _lanes([float(e) for e in numbered_entries], number_w, max_lanes)
+    numbers = [(e, lane, number_of[e]) for e, lane in zip(numbered_entries, lanes)]
+    lanes_used = max([lane + 1 for lane in lanes], default=0)
+    group_h = 0.15 + min(30, max((len(f"{sources[i]} · {lists[i]}") for i in group_starts), default=0)) * 0.055
+    two = len(mark_labels) > 12
+    marks_h = 0.13 * (((len(mark_labels) + 1) // 2) if two else len(mark_labels)) + (0.2 if mark_labels else 0)
+    numbers_h = 0.14 * lanes_used
+    legend_h = 0.2 * ((len(legend) + 2 + 5) // 6) + 0.15
     width = max(8.0, label_w + n_entries * cell_w + 0.4)
-    height = min(PNG_MAX_SIZE[1], 0.5 + group_h + n_rows * cell_h + 0.9 + marks_h)
+    height = min(PNG_MAX_SIZE[1], 0.55 + group_h + n_rows * cell_h + numbers_h + legend_h + marks_h)
     return {
         "codes": codes,
         "palette": [COLOURS[v] for v in VERDICT_NAMES] + [NOT_RUN_COLOUR],
@@ -527,17 +580,21 @@ def png_spec(matrix: Matrix, limit: int = PNG_MAX_ENTRIES) -> dict:
         "group_starts": group_starts,
         "group_labels": [_shorten(_png_text(f"{sources[i]} · {lists[i]}"), 30) for i in group_starts],
         "marks": marks,
+        "waived": waived,
+        "numbers": numbers,
         "mark_labels": mark_labels,
-        "numbered": min(len(marks), PNG_MAX_MARKS),
+        "two_columns": two,
+        "numbered": len(numbered_entries),
         "legend": legend,
         "title": title,
         "figsize": (round(width, 3), round(height, 3)),
-        "layout": {"label_w": label_w, "group_h": group_h, "cell_w": cell_w, "cell_h": cell_h, "marks_h": marks_h},
+        "layout": {"label_w": label_w, "group_h": group_h, "cell_w": cell_w, "cell_h": cell_h, "marks_h": marks_h,
+                   "numbers_h": numbers_h, "legend_h": legend_h},
     }
 
 
-def write_png(matrix: Matrix, out: Path, limit: int = PNG_MAX_ENTRIES) -> None:
+def write_png(matrix: Matrix, out: Path, limit: int = PNG_MAX_ENTRIES, answer: Answer | None = None) -> None:
     """``matrix.png``: the heatmap of :func:`png_spec`."""
     from detconf.reports.picture import draw
 
-    draw(png_spec(matrix, limit), str(out / "matrix.png"))
+    draw(png_spec(matrix, limit, answer), str(out / "matrix.png"))

@@ -15,9 +15,11 @@ def draw(spec: dict, path: str) -> None:
     ``spec``: ``codes`` (matrix columns x entries, an index into ``palette``), ``palette`` (hex
     colours), ``row_labels`` (the matrix columns), ``group_starts`` / ``group_labels`` (a label
     above the first entry of each source and list), ``marks`` ((row, entry) of each failing
-    cell; the first ``numbered`` get a number) and ``mark_labels`` (listed under the grid),
+    cell) with ``waived`` (per mark: a known finding waives it, drawn as a ring, else a cross),
+    ``numbers`` ((entry, lane, number): an entry's number under the grid, lane -1: not drawn)
+    and ``mark_labels`` (listed under the grid, in two columns where ``two_columns``),
     ``legend`` (label, colour) pairs, ``title``, ``figsize`` (inches) and ``layout`` (inches:
-    ``label_w``, ``group_h``, ``cell_w``, ``cell_h``, ``marks_h``).
+    ``label_w``, ``group_h``, ``cell_w``, ``cell_h``, ``marks_h``, ``numbers_h``, ``legend_h``).
     """
     # A bare Figure (no pyplot) renders with Agg and leaves the process's backend alone.
     import matplotlib
@@ -36,6 +38,7 @@ def _save(fig, path: str) -> None:
 def _draw(spec: dict, path: str) -> None:
     from matplotlib.colors import to_rgba_array
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     codes = spec["codes"]
@@ -44,7 +47,7 @@ def _draw(spec: dict, path: str) -> None:
     width, height = spec["figsize"]
     label_w, group_h, cell_w, cell_h = layout["label_w"], layout["group_h"], layout["cell_w"], layout["cell_h"]
     grid_w, grid_h = cell_w * max(n_cols, 1), cell_h * max(n_rows, 1)
-    top = 0.5 + group_h
+    top = 0.55 + group_h
     fig = Figure(figsize=(width, height), dpi=100)
     ax = fig.add_axes((label_w / width, (height - top - grid_h) / height, grid_w / width, grid_h / height))
     # The colours are looked up here, cell by cell (matplotlib would colour-map the picture
@@ -65,25 +68,44 @@ def _draw(spec: dict, path: str) -> None:
         ax.text(start - 0.5, -0.7, label, fontsize=6, rotation=90, va="bottom", ha="left",
                 parse_math=False, clip_on=False)
     marks = spec["marks"]
-    if marks:
-        rows = np.array([r for r, _ in marks], dtype=float)
-        cols = np.array([c for _, c in marks], dtype=float)
-        ax.scatter(cols, rows, s=6, c="black", marker="x", linewidths=0.6)
-        for k, (r, c) in enumerate(marks[: spec["numbered"]]):
-            ax.annotate(str(k + 1), (c, r), xytext=(2, 2), textcoords="offset points", fontsize=6,
-                        color="black", annotation_clip=False,
-                        bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8})
+    waived = spec.get("waived") or [False] * len(marks)
+    # A mark fits in its cell (72 points an inch), so neighbouring marks never overprint.
+    size = (min(cell_w, cell_h) * 72 * 0.7) ** 2
+    # Black marks, white ones on dark cells (WCAG's luminance of the cell's colour).
+    rgb = palette[:, :3].astype(float) / 255
+    linear = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    dark = (linear @ np.array([0.2126, 0.7152, 0.0722])) < 0.18
+    for ring, marker in ((False, "x"), (True, "o")):
+        chosen = [(r, c) for (r, c), w in zip(marks, waived) if w == ring]
+        if chosen:
+            colour = ["white" if dark[codes[r, c]] else "black" for r, c in chosen]
+            style = {"facecolors": "none", "edgecolors": colour} if ring else {"c": colour}
+            ax.scatter([c for _, c in chosen], [r for r, _ in chosen], s=size, marker=marker,
+                       linewidths=max(0.3, min(0.8, cell_w * 8)), **style)
+    # Entry numbers under the grid, one lane each where they would touch.
+    for entry, lane, number in spec.get("numbers", []):
+        if lane >= 0:
+            ax.annotate(str(number), (entry, n_rows - 0.5), xytext=(0, -3 - 10 * lane), textcoords="offset points",
+                        fontsize=6, ha="center", va="top", annotation_clip=False)
+    numbers_h = layout.get("numbers_h", 0.0)
     handles = [Patch(facecolor=colour, edgecolor="#555", label=label) for label, colour in spec["legend"]]
-    below = (height - top - grid_h - 0.15) / height
+    if not all(waived):
+        handles.append(Line2D([], [], linestyle="none", marker="x", color="black", markersize=5, label="failing"))
+    if any(waived):
+        handles.append(Line2D([], [], linestyle="none", marker="o", markerfacecolor="none", color="black",
+                              markersize=5, label="waived by a known finding"))
+    below = (height - top - grid_h - numbers_h - 0.1) / height
     fig.legend(handles=handles, loc="upper left", fontsize=7, frameon=False, ncol=min(6, max(len(handles), 1)),
                bbox_to_anchor=(label_w / width, below))
     labels = spec["mark_labels"]
-    half = (len(labels) + 1) // 2
-    for k, column in enumerate((labels[:half], labels[half:])):
+    columns = [labels[: (len(labels) + 1) // 2], labels[(len(labels) + 1) // 2:]] if spec.get("two_columns") else [labels]
+    list_top = below - layout.get("legend_h", 0.6) / height
+    for k, column in enumerate(columns):
         if column:
-            fig.text((0.1 + k * width / 2) / width, below - 0.75 / height, "\n".join(column), fontsize=6.5,
+            fig.text((0.1 + k * width / 2) / width, list_top, "\n".join(column), fontsize=6.5,
                      va="top", ha="left", parse_math=False, linespacing=1.3)
-    fig.text(0.1 / width, 1.0 - 0.1 / height, spec["title"], fontsize=9, va="top", parse_math=False)
+    fig.text(0.1 / width, 1.0 - 0.08 / height, spec["title"], fontsize=8.5, va="top", parse_math=False,
+             linespacing=1.4)
     _save(fig, path)
 
 

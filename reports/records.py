@@ -220,7 +220,7 @@ def _check_run(rec: dict) -> str | None:
 
 #: Fields of an end record, after ``run_id``: name -> kind (each optional, never of another type).
 END_FIELDS = {"ended": "str", "exitstatus": "int", "planned": "int", "written": "int", "missing": "int",
-              "outcome": "str"}
+              "outcome": "str", "suite_plan": "dict"}
 
 
 def _check_end(rec: dict) -> str | None:
@@ -232,6 +232,8 @@ def _check_end(rec: dict) -> str | None:
             continue
         if kind == "str" and type(value) is not str:
             return f"end record field {name!r} must be a string, got {_type_name(value)}"
+        if kind == "dict" and type(value) is not dict:
+            return f"end record field {name!r} must be an object, got {_type_name(value)}"
         if kind == "int":
             problem = _check_int(value, f"end record field {name!r}")
             if problem:

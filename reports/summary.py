@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from detconf.vocabulary import SCHEMA_VERSION
-from detconf.reports.answer import answer_for, terminal_lines
+from detconf.reports.answer import ANSWER_WORDS, Answer, answer_for, part_answers, terminal_lines
 from detconf.reports.load import load
 from detconf.reports.matrix import Matrix
 from detconf.reports.records import ROW_FIELDS, VERDICTS, NoResults
@@ -91,14 +91,33 @@ def reach_lines(results: Results) -> list[str]:
     return lines
 
 
-def summary_data(matrix: Matrix, results: Results, digest: str | None = None) -> dict:
-    """The content of ``summary.json`` (``digest``: the rows' digest where it was taken already)."""
+def answer_data(answer: Answer, matrix: Matrix) -> dict:
+    """``summary.json``'s ``answer``: the word the other reports say, what it means, the
+    headline, the scope and one answer per (torch version, device)."""
+    scope = answer.scope
+    return {
+        "word": answer.word,
+        "meaning": answer.meaning,
+        "words": dict(ANSWER_WORDS),
+        "headline": answer.headline,
+        "judged": answer.judged,
+        "scope": None if scope is None else {"torch": scope.torch, "devices": scope.devices, "sources": scope.sources,
+                                             "suites": scope.suites, "dates": scope.dates, "text": scope.text},
+        "parts": part_answers(answer, matrix),
+    }
+
+
+def summary_data(matrix: Matrix, results: Results, digest: str | None = None, answer: Answer | None = None) -> dict:
+    """The content of ``summary.json`` (``digest``: the rows' digest where it was taken already;
+    ``answer``: the answer where it was made already)."""
+    answer = answer or answer_for(matrix, results)
     columns = matrix.column_counts()
     totals = {v: sum(c["counts"][v] for c in columns) for v in VERDICTS}
     ends = {e["run_id"]: {k: v for k, v in e.items() if k not in ("record", "schema", "run_id")}
             for e in results.ends}  # a run closed twice: the later end record
     return {
         "schema": SCHEMA_VERSION,
+        "answer": answer_data(answer, matrix),
         "entries": len(matrix.entries),
         "cells": int(sum(c["total"] for c in columns)),
         "records_read": sum(i["results"] for i in results.inputs),

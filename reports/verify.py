@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from detconf.findings_rule import torch_in, torch_range
+from detconf.revision import plan_digest
 from detconf.vocabulary import FAILING
 from detconf.vocabulary import (DEFAULT_COMPILERS, DEFAULT_MODES, DEFAULT_SOURCES, HYPOTHESIS_PROFILES,
                                 KNOWN_PLUGIN_DISTRIBUTIONS, base_profile)
@@ -151,6 +152,30 @@ class _Check:
                     self.problem(f"run {run['run_id']}: it left out the default {what}(s) {', '.join(left_out)} "
                                  f"(it ran {_short(chosen)}); a certification covers at least "
                                  f"{', '.join(default)}")
+
+    def own_plan(self, runs: list[dict], ends: dict) -> None:
+        """Each run planned what the suite plans for its options: the end record's ``suite_plan``
+        (computed in a fresh process that loads no conftest.py and no pytest plugin) has the
+        digest of the planned cases the run record lists. A hook that dropped cases, changed an
+        expected outcome or an entry's promise makes them differ."""
+        for run in runs:
+            rid = run["run_id"]
+            suite = (ends.get(rid) or {}).get("suite_plan")
+            if rid not in ends:
+                continue  # refused as unfinished (cases)
+            if not isinstance(suite, dict):
+                self.problem(f"run {rid}: its end record does not give the suite's own plan for its options "
+                             "(suite_plan; a run before it was recorded, or one that left out default sources, "
+                             "modes or compile settings): run the suite again to certify")
+            elif suite.get("error"):
+                self.problem(f"run {rid}: the suite's own plan could not be computed ({_short(suite.get('error'))}): "
+                             "run the suite again to certify")
+            elif suite.get("digest") != plan_digest(run):
+                listed = run.get("planned_cases")
+                self.problem(f"run {rid}: its plan is not the suite's own plan for its options ("
+                             f"{len(listed) if isinstance(listed, list) else '?'} cases listed, the suite plans "
+                             f"{_short(suite.get('cases'))} in a fresh process): a conftest.py or pytest plugin "
+                             "changed the plan")
 
     # -- who signed it
     def signature(self, allowed_signers: str | None) -> str | None:
@@ -480,6 +505,7 @@ def verify(pkg_path: str, allowed_signers: str | None = None) -> tuple[int, list
         else:
             runs, rows, ends = read_runs(paths)
             check.plan(runs)
+            check.own_plan(runs, ends)
             check.loaded(runs, rows, statement)
             check.findings(runs)
             check.revision(runs)

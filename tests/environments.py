@@ -52,3 +52,20 @@ def allow_this_machines_plugins(run: dict) -> list[str]:
     foreign = sorted({p["distribution"] for p in run["env"]["plugins"] if p["distribution"]
                       and p["distribution"] not in KNOWN_PLUGIN_DISTRIBUTIONS and not p["module"].startswith("detconf.")})
     return [arg for dist in foreign for arg in ("--allow-plugin", dist)]
+
+
+def as_a_whole_plan_run(records: list[dict]) -> list[dict]:
+    """The records of a small real run, changed into what a certifiable run records: a clean
+    checkout of this commit, its whole plan run (no selection), every source, and the end
+    record's suite's own plan of that plan (a run of some sources computes none). The fields
+    changed are the only ones that differ; certification tests start from these."""
+    from detconf.revision import plan_digest
+
+    run, end = records[0], records[-1]
+    assert run["record"] == "run" and end["record"] == "end" and "suite_plan" not in end
+    assert run["whole_plan"] > run["planned"], "a small run of a selection stands for the whole plan"
+    run["env"]["suite_dirty"] = False
+    run["whole_plan"] = run["planned"]
+    run["env"]["sources"] = "all"
+    end["suite_plan"] = {"cases": run["planned"], "digest": plan_digest(run), "same": True}
+    return records

@@ -13,7 +13,8 @@ import pytest
 
 from detconf.reports.certify import SUMS, write_sums
 from detconf.reports.verify import verify
-from tests.environments import allow_this_machines_plugins
+from detconf.revision import plan_digest
+from tests.environments import allow_this_machines_plugins, as_a_whole_plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A small real run: the flag API's and the notes' debug-mode entries on CPU; one of them is a
@@ -69,12 +70,9 @@ def package(tmp_path_factory) -> Path:
     assert out.returncode == 0, out.stdout[-3000:]
     lines = [json.loads(line) for line in results.read_text().splitlines()]
     assert lines[0]["env"]["suite_commit"], "the run records its git commit"
-    lines[0]["env"]["suite_dirty"] = False
     # A small run stands for a whole-plan run of the default sources (certification refuses a
     # selection: test_hostile_round3.py::test_C_certify_ksubset): the fields such a run records.
-    assert lines[0]["whole_plan"] > lines[0]["planned"]
-    lines[0]["whole_plan"] = lines[0]["planned"]
-    lines[0]["env"]["sources"] = "all"
+    as_a_whole_plan_run(lines)
     results.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
     (folder / "pytest.log").write_text(out.stdout)
     made = _reports("certify", str(results), "--out", str(folder / "pkg"), "--product", "x86-64 CPU",
@@ -234,14 +232,19 @@ def test_a_promise_about_other_torch_releases_is_not_applicable(pkg, needs_torch
         for entry in rs[0]["planned_entries"]:  # the entries' own ranges say the same
             if (entry["source"], entry["entry_id"]) in skipped:
                 entry["torch"] = needs_torch
+        rs[-1]["suite_plan"]["digest"] = plan_digest(rs[0])  # as the suite's own plan of such entries says
         return rs
     _rewrite_results(pkg, change)
-    if accepted:  # the statement names the rows' digest: a resubmission says the new one
+    if accepted:  # the statement names the rows' digest, environment.json the end record: a resubmission says the new ones
+        from detconf.reports.certify import environment_of, read_runs
         from detconf.reports.load import load
 
+        paths = sorted((pkg / "results").iterdir())
         statement = json.loads((pkg / "statement.json").read_text())
-        statement["rows_digest"] = load(sorted((pkg / "results").iterdir())).digest()
+        statement["rows_digest"] = load(paths).digest()
         (pkg / "statement.json").write_text(json.dumps(statement, indent=2, sort_keys=True) + "\n")
+        runs, _, ends = read_runs(paths)
+        (pkg / "environment.json").write_text(json.dumps(environment_of(runs, ends), indent=2, sort_keys=True) + "\n")
     write_sums(pkg)
     if accepted:
         code, lines = verify(str(pkg))
@@ -577,3 +580,90 @@ def test_a_key_that_cannot_sign_is_one_line_and_no_package(signed, tmp_path):
                     "Y", "--sign", str(tmp_path / "notakey"))
     assert made.returncode == 2 and len(made.stderr.strip().splitlines()) == 1, made.stderr
     assert "certify --sign:" in made.stderr and not (tmp_path / "pkg").exists()
+
+
+def _edit_end(pkg: Path, change) -> None:
+    def edit(rs):
+        change(rs[-1])
+        return rs
+    _rewrite_results(pkg, edit)
+    write_sums(pkg)
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda end: end.pop("suite_plan"), "does not give the suite's own plan"),
+    (lambda end: end.update(suite_plan={"error": "child process exited with 1"}), "could not be computed"),
+    (lambda end: end["suite_plan"].update(cases=end["suite_plan"]["cases"] + 30, digest="0" * 64),
+     "its plan is not the suite's own plan for its options"),
+])
+def test_a_run_whose_plan_is_not_the_suites_own_is_refused(pkg, change, needle):
+    _edit_end(pkg, change)
+    _refused(pkg, needle)
+
+
+def test_a_changed_expected_outcome_in_the_run_record_departs_from_the_suites_own_plan(pkg):
+    def edit(rs):
+        case = rs[0]["planned_cases"][0]
+        case["expected"] = "raises" if case["expected"] != "raises" else "deterministic"
+        return rs
+    _rewrite_results(pkg, edit)
+    write_sums(pkg)
+    _refused(pkg, "its plan is not the suite's own plan for its options")
+
+
+def test_the_fresh_process_plans_what_an_honest_run_planned(tmp_path):
+    """No false refusal: the suite's own plan, computed in a fresh process, has the digest of
+    the plan an untouched run lists (here a run of one source, given the same options)."""
+    from detconf.child import run_in_child
+    from detconf.conformance.planned import SUITE_PLAN_TARGET
+
+    results = tmp_path / "r.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "--source",
+                          "flag-api", "--device", "cpu", "--mode", "error", "-n", "0", "--no-report-build",
+                          "--results", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    run = json.loads(results.read_text().splitlines()[0])
+    fresh = run_in_child(SUITE_PLAN_TARGET, {"sources": ["flag-api"], "modes": ["error"], "compilers": ["eager"],
+                                             "devices": ["cpu"], "doc_version": None, "complements": True,
+                                             "shard": None}, timeout=300)
+    assert fresh == {"cases": run["whole_plan"], "digest": plan_digest(run)}
+    other = run_in_child(SUITE_PLAN_TARGET, {"sources": ["flag-api"], "modes": ["error", "off"], "compilers": ["eager"],
+                                             "devices": ["cpu"], "doc_version": None, "complements": True,
+                                             "shard": None}, timeout=300)
+    assert other["digest"] != fresh["digest"] and other["cases"] > fresh["cases"]
+
+
+def test_a_plugin_that_drops_cases_from_the_plan_is_caught_by_the_suites_own_plan(tmp_path):
+    """The hostile input: something the run loads (here a plugin through PYTEST_ADDOPTS; an
+    untracked conformance/conftest.py acts the same) filters the catalog, so the run record's
+    whole plan is the filtered one. The end record carries the plan a fresh process computes
+    for the same options; the run warns, and a certification refuses it."""
+    from detconf.reports.certify import read_runs
+    from detconf.reports.verify import _Check as Check
+
+    (tmp_path / "dropper.py").write_text(
+        "import detconf.conformance.catalog as catalog\n"
+        "_load = catalog.load_catalog\n"
+        "def load_catalog(*args, **kwargs):\n"
+        "    return [e for e in _load(*args, **kwargs) if e.source == 'flag-api'][:2]\n"
+        "catalog.load_catalog = load_catalog\n")
+    results = tmp_path / "r.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(PYTEST_ADDOPTS="-p dropper", PYTHONPATH=str(tmp_path))
+    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "--device",
+                          "cpu", "--mode", "error", "--mode", "warn_only", "-n", "0", "--no-report-build",
+                          "--results", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    runs, _, ends = read_runs([results])
+    plan = ends[runs[0]["run_id"]]["suite_plan"]
+    assert plan["same"] is False and plan["cases"] > 4 * runs[0]["whole_plan"], plan
+    assert "a conftest.py or pytest plugin changed the plan" in out.stdout
+    check = Check(tmp_path)
+    check.own_plan(runs, ends)
+    assert any("its plan is not the suite's own plan for its options" in p for p in check.problems), check.problems
+    # The same check passes the record once its plan is the suite's own (the planted fault is what it catches).
+    ends[runs[0]["run_id"]]["suite_plan"]["digest"] = plan_digest(runs[0])
+    clean = Check(tmp_path)
+    clean.own_plan(runs, ends)
+    assert clean.problems == []

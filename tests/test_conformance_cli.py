@@ -22,12 +22,17 @@ def test_entries_for_a_doc_version_are_json_lines_with_sorted_keys():
     out = run_cli("entries", "--doc-version", "2.13.0", "--source", "torch-docs")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert len(lines) == 48
     records = [json.loads(line) for line in lines]
     for line, record in zip(lines, records):
         assert list(record) == sorted(record)
         assert line == json.dumps(record, sort_keys=True)
-    assert [Entry.from_json(r) for r in records] == snapshot_entries("2.13.0")
+    # The docstring's 48 entries, then the version-ranged facts that add promises for these docs
+    # (conformance/data/version-facts.json: kthvalue and integer histc on CUDA).
+    from detconf.conformance.findings import fact_entries
+
+    facts = fact_entries("2.13.0")
+    assert len(lines) == 48 + len(facts) and {e.list_name for e in facts} == {"fact"} and len(facts) == 2
+    assert [Entry.from_json(r) for r in records] == snapshot_entries("2.13.0") + facts
     put = next(r for r in records if r["entry_id"] == "put_(accumulate=False)")
     assert put["cases"] == [{"accumulate": False}] and put["doc_version"] == "2.13.0"
 

@@ -4,18 +4,20 @@ sensitivity charts, all byte-stable."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 
 import pytest
 
+from detconf.reports.answer import ANSWER_WORDS, answer_for, part_answers
 from detconf.reports.build import build
 from detconf.reports.load import load
 from detconf.reports.matrix import PNG_MAX_MARKS, PNG_MAX_SIZE, Matrix, png_spec
 from detconf.reports.records import ROW_FIELDS
 from detconf.reports.summary import summary_lines
 from tests.test_hostile_reports import assert_one_line_error, call
-from tests.test_reports import PNG_SIGNATURE, header, row, write
+from tests.test_reports import PNG_SIGNATURE, embedded, header, row, write
 
 FINDING = "inductor lowers put_ to index_put and never raises (seen on CPU, torch 2.13.0)"
 
@@ -68,15 +70,18 @@ def test_a_run_whose_failures_are_all_waived_passes(tmp_path):
     records = [header(), row("a"), row("b", position=1, verdict="violated", detail={"known_finding": "known"})]
     build([write(tmp_path / "r.jsonl", records)], tmp_path / "out")
     md = (tmp_path / "out" / "matrix.md").read_text(encoding="utf-8")
-    assert md.splitlines()[2] == "**PASS**: 2 cells; the failing one is waived by a known finding"
+    assert md.splitlines()[2] == "**PASS WITH WAIVERS**: 2 cells; the failing one is waived by a known finding"
     html = (tmp_path / "out" / "matrix.html").read_text(encoding="utf-8")
-    assert '<p class="answer pass"><strong>PASS</strong>' in html
+    assert '<div class="answer pass" id="answer"><strong>PASS WITH WAIVERS</strong>' in html
+    assert "<title>detconf PASS WITH WAIVERS · torch 2.13.0+cpu · cpu · torch-docs · suite abc1234" in html
 
 
 def test_terminal_summary_answers_first(tmp_path):
     lines = summary_lines(mixed_run(tmp_path))
     assert lines[0].startswith("detconf: FAIL: 2 of ") and "1 missing" in lines[0]
-    assert lines[1].startswith("verdicts: conforms ")
+    assert lines[1].startswith("  FAIL = a cell failed") and "torch 2.13.0+cpu · cpu · torch-docs, ascend, sweep" in lines[1]
+    assert lines[2].startswith("verdicts: conforms ")
+    assert "  nondeterministic: outputs differed between runs where determinism is promised" in lines
     failing = next(i for i, line in enumerate(lines) if "index_add_ (torch-docs) [cpu/error]: nondeterministic" in line)
     assert lines[failing].startswith("  ✗ ")
     assert lines[failing + 1].startswith("      ↳ rerun: python -m pytest ")
@@ -104,6 +109,14 @@ def test_heatmap_fits_one_screen_grouped_by_list_with_failing_cells_labelled(tmp
     assert [label.split(" [")[0] for label in spec["mark_labels"]] == ["1. index_add_", "2. put_(accumulate=False)",
                                                                        "3. lost_op"]
     assert "1 more entries in matrix.html" in spec["title"]
+    assert spec["waived"] == [False, False, False]  # no answer given: nothing is known to be waived
+    answer = answer_for(matrix, results)
+    spec = png_spec(matrix, answer=answer)
+    assert spec["title"].startswith("detconf FAIL · torch 2.13.0+cpu · cpu · torch-docs, ascend, sweep · suite abc1234")
+    assert "x failing (2), o waived by a known finding (1)" in spec["title"]
+    marked = {spec["entries"][e]: w for (_, e), w in zip(spec["marks"], spec["waived"])}
+    assert marked == {"index_add_": False, "put_(accumulate=False)": True, "lost_op": False}
+    assert "(waived)" in spec["mark_labels"][1] and "(waived)" not in spec["mark_labels"][0]
 
 
 def test_heatmap_of_many_entries_and_columns_stays_on_one_screen(tmp_path):
@@ -118,6 +131,35 @@ def test_heatmap_of_many_entries_and_columns_stays_on_one_screen(tmp_path):
     assert spec["figsize"][0] <= PNG_MAX_SIZE[0] and spec["figsize"][1] <= PNG_MAX_SIZE[1]
     assert spec["numbered"] == PNG_MAX_MARKS and len(spec["marks"]) == 45
     assert spec["mark_labels"][-1].startswith("… 15 more failing cells")
+    # No overprint: a mark fits its cell, and numbers that share a lane do not touch.
+    layout = spec["layout"]
+    assert (min(layout["cell_w"], layout["cell_h"]) * 72 * 0.7) <= min(layout["cell_w"], layout["cell_h"]) * 72
+    assert_numbers_apart(spec)
+
+
+def assert_numbers_apart(spec):
+    """Numbers under the grid that share a lane are at least their widths apart."""
+    width = {e: (len(str(n)) * 0.05 + 0.03) / spec["layout"]["cell_w"] for e, _, n in spec["numbers"]}
+    by_lane: dict[int, list] = {}
+    for e, lane, _ in spec["numbers"]:
+        if lane >= 0:
+            by_lane.setdefault(lane, []).append(e)
+    for xs in by_lane.values():
+        for a, b in zip(xs, xs[1:]):
+            assert b - a >= (width[a] + width[b]) / 2, (a, b)
+
+
+def test_numbers_under_the_heatmap_take_lanes_and_a_planted_overlap_is_caught():
+    from detconf.reports.matrix import _lanes
+
+    lanes = _lanes([0.0, 1.0, 2.0, 10.0], [3.0, 3.0, 3.0, 3.0], 4)
+    assert lanes == [0, 1, 2, 0]
+    spec = {"layout": {"cell_w": 0.01}, "numbers": [(0, 0, 1), (1, 1, 2), (2, 2, 3), (10, 0, 4)]}
+    assert_numbers_apart(spec)
+    spec["numbers"][1] = (1, 0, 2)  # planted: two numbers side by side in one lane
+    with pytest.raises(AssertionError):
+        assert_numbers_apart(spec)
+    assert _lanes([0.0, 0.1], [1.0, 1.0], 1) == [0, -1]  # no lane free: the number is not drawn
 
 
 def test_html_works_offline_filters_and_opens_every_cells_evidence(tmp_path):
@@ -129,17 +171,87 @@ def test_html_works_offline_filters_and_opens_every_cells_evidence(tmp_path):
     assert html.count("<script>") == 1 and "<script src" not in html and "<link" not in html
     for key in ("verdict", "device", "mode", "source", "text"):
         assert f'data-filter="{key}"' in html
-    assert html.count("<th data-sortable>") >= 6
+    assert re.findall(r'<th data-sortable data-key="(\w+)">', html) == ["source", "entry", "device", "mode", "verdict"]
     results = load([src])
-    cell_rows = re.findall(r'<tr id="c(\d+)" data-verdict="([^"]+)"', html)
-    assert len(cell_rows) == len(results)  # every cell, each with its evidence and rerun command
-    assert html.count("<details><summary>evidence</summary>") == len(results)
-    assert html.count("<p>rerun: <code") == len(results)
-    for number, _ in cell_rows:  # each matrix cell links to its evidence
-        assert f'<a href="#c{number}">' in html
-    assert "<pre>import torch\nprint(1)</pre>" in html  # the reproducer the run recorded
-    assert f"known finding: {FINDING}" in html
-    assert html.index('class="answer fail"') < html.index('id="cells"') < html.index('class="matrix"')
+    cells = embedded(html, "cell-data")
+    assert len(cells["ids"]) == len(results)  # every cell, each with its evidence and rerun command
+    strings = cells["strings"]
+    assert all(strings[e[2]].startswith("python -m pytest ") for e in cells["evidence"])
+    matrix = embedded(html, "matrix-data")
+    links = sorted(link for r in matrix["rows"] if r[0] != "g" for link in r[4] if link >= 0)
+    assert links == sorted(cells["ids"])  # each matrix cell links to its evidence
+    assert "import torch\nprint(1)" in strings  # the reproducer the run recorded
+    assert FINDING in strings
+    # The first screen: title, heading and answer, then a link to the matrix; the matrix before the cells.
+    assert html.index("<title>detconf FAIL · torch 2.13.0+cpu") < html.index('<h1>detconf <span class="word')
+    assert html.index('class="answer fail"') < html.index('<a href="#matrix">') < html.index('id="matrix"')
+    assert html.index('id="matrix"') < html.index('id="cells"')
+
+
+def test_every_place_says_the_same_answer_word(tmp_path):
+    """Terminal, matrix.md, matrix.html, matrix.png's title and summary.json: one word, explained."""
+    cases = {
+        "FAIL": [header(), row("a"), row("b", position=1, verdict="violated")],
+        "PASS WITH WAIVERS": [header(), row("a"), row("b", position=1, verdict="violated",
+                                                        detail={"known_finding": "known"})],
+        "PASS": [header(), row("a"), row("b", position=1, verdict="unsupported")],
+        "NO VERDICT": [header(), row("a", verdict="unsupported"), row("b", position=1, verdict="skipped"),
+                       row("b", position=1, mode="off", verdict="recorded")],
+    }
+    for word, records in cases.items():
+        src = write(tmp_path / f"{len(word)}.jsonl", records)
+        out = tmp_path / f"out-{len(word)}"
+        build([src], out)
+        results = load([src], columns=ROW_FIELDS)
+        matrix = Matrix.from_results(results)
+        answer = answer_for(matrix, results)
+        assert answer.word == word
+        lines = summary_lines(src)
+        assert lines[0].startswith(f"detconf: {word}: ") and lines[1].startswith(f"  {word} = {ANSWER_WORDS[word]}")
+        md = (out / "matrix.md").read_text(encoding="utf-8")
+        assert md.startswith(f"# detconf {word} · torch 2.13.0+cpu") and f"**{word}**: " in md.splitlines()[2]
+        assert f"{word} = {ANSWER_WORDS[word]}" in md
+        html = (out / "matrix.html").read_text(encoding="utf-8")
+        assert f"<title>detconf {word} · " in html and f"<strong>{word}</strong>: " in html
+        assert f"{word} = {ANSWER_WORDS[word]}." in html
+        assert png_spec(matrix, answer=answer)["title"].startswith(f"detconf {word} · torch 2.13.0+cpu")
+        summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        assert summary["answer"]["word"] == word and summary["answer"]["meaning"] == ANSWER_WORDS[word]
+    assert answer.headline == ("NO VERDICT: none of the 3 cells was judged (every one unsupported, skipped or "
+                               "informational)")
+
+
+def test_one_answer_per_release_in_release_order(tmp_path):
+    records = [header()]
+    for version, verdict in (("2.14.1", "conforms"), ("2.5.1", "violated"), ("2.11.0", "unsupported")):
+        records.append(dict(row("a", torch_version=version, verdict=verdict)))
+    src = write(tmp_path / "r.jsonl", records)
+    results = load([src], columns=ROW_FIELDS)
+    matrix = Matrix.from_results(results)
+    parts = part_answers(answer_for(matrix, results), matrix)
+    assert [(p["torch_version"], p["word"]) for p in parts] == [
+        ("2.5.1", "FAIL"), ("2.11.0", "NO VERDICT"), ("2.14.1", "PASS")]
+    build([src], tmp_path / "out")
+    html = (tmp_path / "out" / "matrix.html").read_text(encoding="utf-8")
+    table = html.split('<table class="parts">', 1)[1].split("</table>", 1)[0]
+    assert re.findall(r"<tr><td>([^<]+)</td>", table) == ["2.5.1", "2.11.0", "2.14.1"]
+    assert html.index('id="parts"') < html.index('id="verdicts"')  # before the counts
+    select = html.split('<select data-filter="torch">', 1)[1].split("</select>", 1)[0]
+    assert re.findall(r'<option value="([^"]*)">', select) == ["", "2.5.1", "2.11.0", "2.14.1"]
+    cells = embedded(html, "cell-data")
+    assert cells["values"]["torch"] == ["2.5.1", "2.11.0", "2.14.1"]  # sort ranks in release order
+
+
+def test_every_text_colour_meets_wcag_aa_and_a_planted_low_contrast_is_caught():
+    from detconf.reports.matrix import COLOURS, NOT_RUN_COLOUR
+    from detconf.reports.page import NOT_RUN_TEXT, WORD_COLOURS, contrast, text_colour
+
+    for colour in list(COLOURS.values()) + list(WORD_COLOURS.values()):
+        assert contrast(colour, text_colour(colour)) >= 4.5, colour
+    assert contrast(NOT_RUN_TEXT, NOT_RUN_COLOUR) >= 4.5
+    assert round(contrast("#ffffff", "#000000"), 2) == 21.0
+    # The old colours: white on the conforms green and #999 for the not-run mark fall short.
+    assert contrast(COLOURS["conforms"], "#ffffff") < 4.5 and contrast("#999999", NOT_RUN_COLOUR) < 4.5
 
 
 def test_reports_are_byte_stable(tmp_path):

@@ -38,3 +38,68 @@ def test_cli_writes_files_and_rejects_runs_without_off_rows(tmp_path):
     bad = write(tmp_path / "e.jsonl", [header(), row("a")])
     out = run_cli("sensitivity", str(bad))
     assert out.returncode == 2 and "no --mode off rows" in out.stderr and "Traceback" not in out.stderr
+
+
+# ----------------------------------------------------------------------------- perturbation tier
+
+def perturb_row(entry_id, mode="error", verdict="conforms", threads=(4, 1), across=None, pool=2, **over):
+    """A perturbation-tier row: one-thread probe (compared, differing), and (mode off) the
+    comparison across processes (compared, differing)."""
+    detail = {"tier": "perturb", "processes": [{"index": i, "threads": pool} for i in range(2)],
+              "sensitivity": {"threads": None if threads is None else
+                              {"compared": threads[0], "differing": threads[1]}}}
+    if across is not None:
+        detail["across_processes"] = {"processes": 2, "compared": across[0], "differing": across[1]}
+        if mode == "off":
+            detail["sensitivity"]["across_processes"] = "differs" if across[1] else "same"
+    if mode == "off":
+        verdict = "nondeterminism-seen" if verdict == "conforms" else verdict
+    return row(entry_id, mode=mode, verdict=verdict, detail=detail, **over)
+
+
+def test_perturbation_table_reports_threads_and_processes_apart(tmp_path):
+    from detconf.reports.sensitivity import perturbation_headline, perturbation_table
+
+    path = write(tmp_path / "r.jsonl", [
+        header(), perturb_row("a", threads=(4, 1)), perturb_row("b", threads=(4, 0)),
+        perturb_row("a", mode="off", threads=(4, 0), across=(4, 2)),
+        perturb_row("b", mode="off", threads=None, across=(3, 0)),
+        perturb_row("c", threads=(4, 0), across=(4, 0)),
+        row("d", mode="error")])  # a normal-tier row: not in this table
+    table = perturbation_table([path])
+    by = {(r.entry_id, r.mode): r for r in table.itertuples()}
+    assert set(by) == {("a", "error"), ("b", "error"), ("a", "off"), ("b", "off"), ("c", "error")}
+    assert by["a", "error"].one_thread == "differs" and by["a", "error"].one_thread_differing == 1
+    assert by["b", "error"].one_thread == "same" and by["b", "off"].one_thread == "not measured"
+    assert by["a", "off"].across_processes == "differs" and by["a", "off"].across_differing == 2
+    assert by["b", "off"].across_processes == "same"
+    # In a deterministic mode a difference across processes is a verdict, not sensitivity.
+    assert by["c", "error"].across_processes == "" and by["a", "error"].threads == "2"
+    assert perturbation_headline(table) == [
+        "cpu: 1/4 cells changed bytes on one thread instead of 2; with the mode off, 1/2 cells differed "
+        "across fresh processes"]
+
+
+def test_perturbation_cli_writes_md_and_csv_and_never_fails_on_a_difference(tmp_path):
+    path = write(tmp_path / "r.jsonl", [header(), perturb_row("a", threads=(4, 4)),
+                                        perturb_row("a", mode="off", across=(4, 4))])
+    out = run_cli("sensitivity", str(path), "--out", str(tmp_path / "o"))
+    assert out.returncode == 0, out.stderr
+    md = (tmp_path / "o" / "perturbation-sensitivity.md").read_text()
+    assert "Neither is promised by the docs" in md and "| differs " in md
+    csv = (tmp_path / "o" / "perturbation-sensitivity.csv").read_text().splitlines()
+    assert csv[0].startswith("source,entry_id,device,compile,mode,torch_version,verdict,threads,one_thread")
+    assert len(csv) == 3
+    assert (tmp_path / "o" / "sensitivity.md").is_file()  # the mode-off row feeds the positive control too
+    only_perturb = write(tmp_path / "p.jsonl", [header(), perturb_row("a", threads=(4, 1))])
+    out = run_cli("sensitivity", str(only_perturb))
+    assert out.returncode == 0 and "changed bytes on one thread" in out.stdout, out.stderr
+
+
+def test_perturbation_bad_counts_are_one_line_errors(tmp_path):
+    bad = perturb_row("a")
+    bad["detail"]["sensitivity"]["threads"]["differing"] = "some"
+    path = write(tmp_path / "r.jsonl", [header(), bad])
+    out = run_cli("sensitivity", str(path))
+    assert out.returncode == 2 and "detail.sensitivity.threads.differing" in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1

@@ -24,7 +24,7 @@ from packaging.version import Version
 from detconf.conformance.catalog import TORCH_DOCS, data_file, doc_versions, load_catalog, read_entries_file
 from detconf.conformance.plan import Case, not_applicable, plan
 from detconf.engine.entry import CatalogError, Entry
-from tests.environments import allow_this_machines_plugins
+from tests.environments import allow_this_machines_plugins, as_a_whole_plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 CUBLAS_SENTENCE = "will be raised from these operations when called with CUDA tensors"
@@ -219,9 +219,7 @@ def test_certification_accepts_the_cells_that_do_not_apply(cublas_run, tmp_path)
     out, results = cublas_run
     assert out.returncode == 0, out.stdout[-3000:]
     records = _records(results)
-    records[0]["env"]["suite_dirty"] = False  # as a clean checkout of this commit records (see test_certify)
-    records[0]["whole_plan"] = records[0]["planned"]  # the small run stands for a whole-plan run (see test_certify)
-    records[0]["env"]["sources"] = "all"
+    as_a_whole_plan_run(records)  # the small run stands for a certifiable one (see test_certify)
     copy = tmp_path / "results.jsonl"
     copy.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
     made = subprocess.run([sys.executable, "-m", "detconf.reports", "certify", str(copy), "--out", str(tmp_path / "pkg"),

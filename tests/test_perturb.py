@@ -1,0 +1,183 @@
+"""The perturbation tier: planted faults that only show across fresh processes or under
+disturbance are caught by it and missed by the normal tier (both verdicts shown), and what a
+row says about its processes, its perturbations and its sensitivity."""
+import pytest
+from hypothesis import settings
+
+from detconf.conformance.harness import judge
+from detconf.conformance.perturbed import judge_perturbed, merge_rows
+from detconf.conformance.plan import Case
+from detconf.engine.devices import backends
+from detconf.engine.perturb import PERTURBATIONS, distortion_variable
+from tests import planted, planted_perturb  # noqa: F401  (registers the planted recipes here)
+from tests.planted import planted_entry
+
+CI = settings(max_examples=6, derandomize=True, database=None, deadline=None)
+CPU = backends()["cpu"]
+IMPORTS = ("tests.planted", "tests.planted_perturb")
+
+
+def case(op: str, mode: str = "error", promise: str = "deterministic") -> Case:
+    return Case(planted_entry(op, promise), "cpu", mode)
+
+
+def normal(op: str, mode: str = "error") -> dict:
+    return judge(case(op, mode), CPU, hypothesis_settings=CI)
+
+
+def perturbed(op: str, mode: str = "error") -> dict:
+    return judge_perturbed(case(op, mode), profile="ci", runs=2, imports=IMPORTS)
+
+
+def test_a_result_that_depends_on_the_process_is_caught_only_across_processes():
+    assert normal("planted.depends_on_process")["verdict"] == "conforms"
+    row = perturbed("planted.depends_on_process")
+    assert row["verdict"] == "nondeterministic", row["detail"]
+    across = row["detail"]["across_processes"]
+    assert across["differing"] == across["compared"] > 0
+    assert across["first"]["processes"] == [0, 1] and len(set(across["first"]["fingerprints"])) == 2
+    assert "across processes [0, 1] (runs agreed within each)" in row["detail"]["shown_by"]
+    assert "processes [0, 1] gave different bytes" in row["detail"]["mismatch"]
+
+
+def test_a_kernel_that_reads_memory_it_never_wrote_is_caught_by_the_scribble():
+    assert normal("planted.reads_stale_memory")["verdict"] == "conforms"
+    row = perturbed("planted.reads_stale_memory")
+    assert row["verdict"] == "nondeterministic", row["detail"]
+    assert "bytes differ" in row["detail"]["mismatch"]  # within one process: the runs themselves
+    assert row["detail"]["shown_by"] == "process 0 on its own (runs within it; between or during them: scribbled-memory)"
+    assert "scribbled-memory" in row["detail"]["perturbations"]
+
+
+@pytest.mark.skipif(distortion_variable() is None, reason="this torch's Inductor cannot distort benchmarks")
+def test_a_choice_made_by_benchmarking_is_caught_by_the_distortion():
+    assert normal("planted.benchmark_choice")["verdict"] == "conforms"
+    row = perturbed("planted.benchmark_choice")
+    assert row["verdict"] == "nondeterministic", row["detail"]
+    assert "distortion none vs inverse" in row["detail"]["shown_by"]
+    assert [p["distortion"] for p in row["detail"]["processes"]] == ["none", "inverse"]
+
+
+def test_a_deterministic_op_conforms_and_the_row_names_every_perturbation():
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # a test worker under -n 2 has one: the one-thread probe would have nothing to compare
+    try:
+        row = perturbed("planted.deterministic")
+    finally:
+        torch.set_num_threads(threads)
+    assert row["verdict"] == "conforms", row["detail"]
+    detail = row["detail"]
+    assert detail["tier"] == "perturb" and row["runs"] == 2 * 2
+    across = detail["across_processes"]
+    assert across["compared"] == across["inputs_checked"] > 0 and across["differing"] == 0
+    applied = set(detail["perturbations"])
+    assert {"fresh-process", "empty-compile-cache", "fixed-threads", "scribbled-memory"} <= applied <= set(PERTURBATIONS)
+    assert ("distorted-benchmarking" in applied) == (distortion_variable() is not None)
+    processes = detail["processes"]
+    assert len({p["pid"] for p in processes}) == 2 and len({p["threads"] for p in processes}) == 1
+    assert detail["sensitivity"]["threads"]["compared"] > 0 and "per_example" not in detail
+
+
+def test_mode_off_differences_across_processes_are_sensitivity_never_a_failure():
+    row = perturbed("planted.depends_on_process", mode="off")
+    assert row["verdict"] == "nondeterminism-seen"
+    assert row["detail"]["sensitivity"]["across_processes"] == "differs"
+    quiet = perturbed("planted.deterministic", mode="off")
+    assert quiet["verdict"] == "no-difference-seen" and quiet["detail"]["sensitivity"]["across_processes"] == "same"
+
+
+def _process_row(per_example, verdict="conforms", pid=1):
+    return {"verdict": verdict, "observed": "deterministic", "runs": 2, "expected": "deterministic",
+            "detail": {"per_example": per_example, "process": {"pid": pid, "index": 0, "perturbations": []}}}
+
+
+def test_processes_that_drew_other_inputs_are_a_harness_error():
+    rows = [_process_row([["aaa", "f1", None]]), _process_row([["bbb", "f1", None]], pid=2)]
+    row = merge_rows(case("planted.deterministic"), rows)
+    assert row["verdict"] == "harness-error" and "did not judge the same examples" in row["detail"]["error"]
+
+
+def test_a_process_that_crashed_is_a_harness_error():
+    rows = [_process_row([["aaa", "f1", None]]), {"crashed": "the process ended (signal 9) without a row"}]
+    row = merge_rows(case("planted.deterministic"), rows)
+    assert row["verdict"] == "harness-error" and "process 1: the process ended (signal 9)" in row["detail"]["error"]
+
+
+def test_a_failure_within_one_process_stands_and_is_attributed_to_it():
+    rows = [_process_row([["aaa", "f1", None]]), _process_row([["aaa", None, None]], verdict="nondeterministic", pid=2)]
+    row = merge_rows(case("planted.deterministic"), rows)
+    assert row["verdict"] == "nondeterministic" and row["detail"]["shown_by"] == "process 1 on its own (runs within it)"
+
+
+def test_outputs_of_a_documented_alert_may_differ_across_processes():
+    # warn_only on an op documented to throw: it warns and runs its nondeterministic kernel, so
+    # fresh processes may give other bytes (memory it never wrote); that is no missing warning.
+    rows = [_process_row([["aaa", "f1", None]]), _process_row([["aaa", "f2", None]], pid=2)]
+    for r in rows:
+        r.update(observed="warned+nondeterministic", expected="warns")
+    alert = Case(planted_entry("planted.deterministic", "raises"), "cpu", "warn_only")
+    assert alert.expected == "warns"
+    row = merge_rows(alert, rows)
+    assert row["verdict"] == "conforms" and row["detail"]["across_processes"]["differing"] == 1
+    # The same difference where determinism is promised is a verdict.
+    promised = merge_rows(case("planted.deterministic"), [_process_row([["aaa", "f1", None]]),
+                                                          _process_row([["aaa", "f2", None]], pid=2)])
+    assert promised["verdict"] == "nondeterministic"
+
+
+WARM_UP_CHECK = """
+import gc, os, sys
+from hypothesis import given, settings, strategies as st
+from detconf.engine.perturb import warm_up
+if sys.argv[1] == "warm":
+    warm_up()
+frozen = gc.get_freeze_count()
+pid = os.fork()
+if pid == 0:
+    calls = []
+    real = gc.collect
+    gc.collect = lambda *a: calls.append(a) or real(*a)
+    @settings(max_examples=1, database=None, derandomize=True)
+    @given(st.integers(0, 1))
+    def first(_):
+        pass
+    first()
+    os._exit(10 + min(len(calls), 9))
+_, status = os.waitpid(pid, 0)
+print(frozen > 0, os.waitstatus_to_exitcode(status) - 10)
+"""
+
+
+@pytest.mark.parametrize("how, frozen, collections", [("warm", "True", "0"), ("cold", "False", "1")])
+def test_the_zygote_warm_up_spares_each_forked_process_the_first_test_costs(how, frozen, collections):
+    # Hypothesis's first test in a process registers the global generators with a full garbage
+    # collection; after warm_up in the forking process, a forked one collects nothing.
+    import subprocess
+    import sys
+
+    from tests.test_reports import REPO
+
+    out = subprocess.run([sys.executable, "-c", WARM_UP_CHECK, how], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-800:]
+    assert out.stdout.split() == [frozen, collections], out.stdout
+
+
+def test_one_process_runs_the_differential_and_a_wrong_result_is_still_caught():
+    # Processes judge the same inputs: process 0 compares them with the reference, the others
+    # compare runs only (the normal tier's differential, done once).
+    setups = __import__("detconf.conformance.perturbed", fromlist=["process_setups"]).process_setups(3)
+    assert [s["differential"] for s in setups] == [True, False, False]
+    row = perturbed("planted.wrong_when_deterministic")
+    assert row["verdict"] == "wrong-result", row["detail"]
+    assert normal("planted.wrong_when_deterministic")["verdict"] == "wrong-result"
+
+
+def test_a_process_that_failed_and_shrank_keeps_its_verdict_not_a_harness_error():
+    rows = [_process_row([["aaa", "f1", None], ["ccc", "f3", None]], verdict="wrong-result"),
+            _process_row([["aaa", "f1", None], ["bbb", "f2", None]], pid=2)]
+    row = merge_rows(case("planted.deterministic"), rows)
+    assert row["verdict"] == "wrong-result"
+    assert "process 0 failed on its own (wrong-result)" in row["detail"]["across_processes"]["not_compared"]

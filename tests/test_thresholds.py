@@ -1,0 +1,118 @@
+"""Inputs at kernels' thresholds: in the stress and perturbation tiers a recipe whose kernel
+switches algorithm by a count (``THRESHOLDS``) draws examples just below and just above each
+switch that applies to the case; the normal tier draws as before."""
+import pytest
+import torch
+from hypothesis import settings
+
+from detconf.conformance import harness, kit, profiles
+from detconf.conformance.catalog import snapshot_entries
+from detconf.conformance.plan import Case
+from detconf.conformance.recipes import THRESHOLDS
+from detconf.engine import strategies
+from detconf.engine.strategies import PERTURB_THRESHOLD_NUMEL, stress_scale, threshold_sides
+
+DOCS = {e.id: e for e in snapshot_entries("2.13.0")}
+CUMSUM = "cumsum[floating|complex,cuda]"
+CI = settings(**profiles.PROFILES["ci"])
+STRESS = settings(**profiles.PROFILES["stress"])
+GRAIN = next(sw["at"] for sw in THRESHOLDS["torch.cumsum"] if sw["device"] == "cpu")
+
+
+@pytest.fixture
+def stress():
+    before = strategies.current_scale()
+    strategies.set_scale("stress", stress_scale(None))
+    try:
+        yield
+    finally:
+        strategies.set_scale(before)
+
+
+@pytest.fixture
+def perturb_tier():
+    strategies.set_threshold_limit(PERTURB_THRESHOLD_NUMEL)
+    try:
+        yield
+    finally:
+        strategies.set_threshold_limit(None)
+
+
+def sizes_by_form(entry_id: str, prof: settings, examples: int, *, compiled: bool = False) -> dict[str, list[int]]:
+    """The number of elements of input ``x`` per example, per call form, as a case draws them."""
+    case = Case(DOCS[entry_id], "cpu", "error")
+    with kit.stable_draws(1 if compiled else None):
+        programs = harness.drawn_programs(case, torch.device("cpu"), prof, examples)
+    out: dict[str, list[int]] = {}
+    for prog in programs:
+        out.setdefault(prog.meta["op_function"], []).append(prog.inputs["x"].numel())
+    return out
+
+
+class FirstChoice:
+    """A draw function that takes the first option of every choice."""
+
+    def __call__(self, strategy, label=None):
+        raise AssertionError("only integer choices are expected here")
+
+    def draw_integer(self, min_value, max_value, **_):
+        return min_value
+
+
+def test_sides_straddle_each_way_a_kernel_may_compare():
+    below, above = threshold_sides(GRAIN)
+    for switched in (lambda n: n > GRAIN, lambda n: n >= GRAIN, lambda n: not n <= GRAIN - 1):
+        assert not switched(below) and switched(above)
+    with pytest.raises(Exception, match="at"):
+        threshold_sides(1)
+
+
+def test_cumsum_stress_examples_straddle_the_cpu_grain_size(stress):
+    got = sizes_by_form(CUMSUM, STRESS, STRESS.max_examples)
+    assert len(got) == 3  # torch.cumsum, Tensor.cumsum, Tensor.cumsum_
+    for form, sizes in got.items():
+        assert sorted(sizes) == [GRAIN - 1, GRAIN + 1], (form, sizes)
+
+
+def test_the_perturbation_tier_also_straddles_it_and_keeps_drawing_afterwards(perturb_tier):
+    got = sizes_by_form(CUMSUM, CI, CI.max_examples)
+    for form, sizes in got.items():
+        assert sizes[:2] == [GRAIN - 1, GRAIN + 1], (form, sizes)
+        assert len(sizes) == CI.max_examples and set(sizes) <= {GRAIN - 1, GRAIN + 1}
+
+
+def test_the_normal_tier_draws_no_threshold_example():
+    assert strategies.threshold_limit() is None
+    got = sizes_by_form(CUMSUM, CI, CI.max_examples)
+    assert all(n <= strategies.scale_limits("small").max_numel for sizes in got.values() for n in sizes), got
+
+
+def test_a_switch_applies_only_to_its_device_and_compile_setting(perturb_tier):
+    # On the CPU the CUDA-only switches (compiled cumsum at 1,000,003; embedding backward) do not
+    # apply, and the eager CPU switch does not apply to a compiled case.
+    got = sizes_by_form(CUMSUM, CI, 2, compiled=True)
+    assert all(n < GRAIN - 1 for sizes in got.values() for n in sizes), got
+
+
+def test_a_switch_past_the_limit_is_left_out(stress):
+    strategies.set_scale("stress", stress_scale(0))  # the floor: 64 Ki elements
+    limit = strategies.threshold_limit()
+    assert limit == strategies.STRESS_MIN_NUMEL
+    big = [sw for sws in THRESHOLDS.values() for sw in sws if sw["at"] + 1 > limit]
+    assert big, "a recorded switch beyond 64 Ki elements (compiled cumsum) is what this test is about"
+    ex = kit.Example(FirstChoice(), DOCS[CUMSUM], {}, torch.device("cpu"))
+    ex.device = torch.device("cuda")  # the side is chosen from the data only; nothing is built on it
+    assert ex.threshold_side("elements", [dict(sw, compile="eager") for sw in big]) is None
+    assert ex.threshold_side("elements", [dict(sw, compile="eager", at=GRAIN) for sw in big]) in threshold_sides(GRAIN)
+
+
+def test_every_recorded_switch_says_where_and_fits_two_stress_examples():
+    per_place: dict[tuple, int] = {}
+    for op, switches in THRESHOLDS.items():
+        for sw in switches:
+            assert sw["source"] and sw["switch"] and sw["quantity"] in ("elements", "indices"), (op, sw)
+            key = (op, sw["quantity"], sw["device"], sw["compile"] != "eager")
+            per_place[key] = per_place.get(key, 0) + 1
+    # The stress profile draws 2 examples: one switch (two sides) per op, quantity, device and
+    # compile setting is what it covers whole.
+    assert STRESS.max_examples >= 2 and max(per_place.values()) == 1, per_place

@@ -1,0 +1,268 @@
+"""``python -m detconf.reports upstream``: a failing or waived cell as a script that imports only
+torch, and an issue text.
+
+The end-to-end test runs the suite on the cells of every known finding recorded for the CPU and
+the installed torch, writes their scripts, and runs each in a fresh interpreter (``python3 -I``,
+from an empty folder, so detconf cannot be imported): the script's own verdict must be the
+finding's. The planted rows show that check failing where the script sees something else.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from detconf.conformance.findings import Finding, load_findings
+from detconf.engine import runner, strategies
+from detconf.findings_rule import torch_in
+from detconf.reports import upstream
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "detconf.reports", "upstream", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _run_script(path: Path, cwd: Path) -> dict:
+    """Run ``path`` isolated (no detconf, no PYTHONPATH, no user site) and return its RESULT."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    # Inductor compiles in the script's own process: no pool of compile workers, each importing
+    # torch, beside the two scripts that run at once (the compiled code is the same).
+    env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    proc = subprocess.run([sys.executable, "-I", str(path)], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert line, proc.stdout[-2000:]
+    return json.loads(line[-1][len("RESULT "):])
+
+
+# -- the inputs a script builds are the suite's --------------------------------------------
+
+
+def test_the_scripts_input_builders_give_the_suites_bytes():
+    space: dict = {"torch": torch, "math": math}
+    exec(upstream.INPUT_BUILDERS, space)  # noqa: S102 - the text every script holds
+    cases = [((3, 4), torch.float32, 1, True), ((3, 4), torch.bfloat16, 7, False), ((5,), torch.float16, 2, False),
+             ((2, 3, 2), torch.complex64, 3, False), ((4,), torch.int64, 4, True), ((2, 2), torch.bool, 5, True),
+             ((), torch.float64, 6, True), ((2, 5), torch.uint8, 8, False)]
+    for shape, dtype, seed, contiguous in cases:
+        ours = space["build_tensor"](shape, dtype, seed, low=-3, high=9, contiguous=contiguous)
+        theirs = strategies.build_tensor(shape, dtype, seed, low=-3, high=9, contiguous=contiguous)
+        assert ours.stride() == theirs.stride() and ours.dtype == theirs.dtype
+        assert torch.equal(ours.contiguous().view(-1).view(torch.uint8), theirs.contiguous().view(-1).view(torch.uint8))
+    for shape, size, seed, dup, unique in [((47,), 30, 0, 0.0, False), ((6, 2), 5, 3, 0.9, False), ((4,), 9, 1, 0.0, True),
+                                           ((0,), 3, 2, 0.5, False)]:
+        ours = space["build_indices"](shape, size, seed, duplicates=dup, unique=unique)
+        assert torch.equal(ours, strategies.build_indices(shape, size, seed, duplicates=dup, unique=unique))
+
+
+def test_the_gradient_seed_is_the_runners():
+    assert upstream.GRAD_SEED == runner.GRAD_SEED
+
+
+# -- every known finding on the CPU, reproduced without detconf --------------------------------
+
+
+def _cpu_findings() -> list[Finding]:
+    return [f for f in load_findings() if (not f.devices or "cpu" in f.devices)
+            and torch_in(torch.__version__, f.torch)]
+
+
+def _cell(f: Finding) -> tuple[str, str]:
+    """The one cell run for finding ``f``: its first mode and compile setting."""
+    return (f.modes[0] if f.modes else "error"), (f.compile[0] if f.compile else "eager")
+
+
+def _nodeid(f: Finding) -> str:
+    mode, setting = _cell(f)
+    prefix = "" if f.source == "torch-docs" else f"{f.source}:"
+    return (f"conformance/test_documented.py::test_documented[{prefix}{f.entry_id}-cpu-{mode}"
+            + ("" if setting == "eager" else f"-{setting}") + "]")
+
+
+@pytest.fixture(scope="module")
+def reproduced(tmp_path_factory):
+    """{finding index: (finding, row, the script's RESULT)} for every CPU finding."""
+    findings = _cpu_findings()
+    if not findings:
+        pytest.skip(f"no known finding is recorded for the CPU and torch {torch.__version__}")
+    tmp = tmp_path_factory.mktemp("upstream")
+    results = tmp / "results.jsonl"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--hypothesis-profile", "ci",
+           "--device", "cpu", "--no-report-build", "--fresh-results", "--results", str(results)]
+    for option, values in (("--source", {f.source for f in findings}), ("--mode", {_cell(f)[0] for f in findings}),
+                           ("--compile", {_cell(f)[1] for f in findings})):
+        for value in sorted(values):
+            cmd += [option, value]
+    suite = subprocess.run(cmd + sorted({_nodeid(f) for f in findings}), cwd=ROOT, capture_output=True, text=True,
+                           timeout=1800)
+    assert suite.returncode == 0, suite.stdout[-3000:] + suite.stderr[-2000:]
+    rows = upstream.read_rows(upstream._records(results), results)
+    out = tmp / "upstream"
+    cli = _run_cli(str(results), "--out", str(out))
+    assert cli.returncode == 0, cli.stderr
+    jobs = {}
+    for k, f in enumerate(findings):
+        mode, setting = _cell(f)
+        row = next((r for r in rows if f.matches(r) and r["mode"] == mode and (r.get("compile") or "eager") == setting),
+                   None)
+        assert row is not None, f"no row for {f.entry_id} {mode}/{setting}"
+        assert row["verdict"] == f.verdict, (f.entry_id, row["verdict"])
+        jobs[k] = (f, row, out / upstream._slug(row) / "repro.py")
+    empty = tmp / "empty"
+    empty.mkdir()
+    with ThreadPoolExecutor(2) as pool:
+        answers = dict(zip(jobs, pool.map(lambda job: _run_script(job[2], empty), jobs.values())))
+    return {k: (f, row, answers[k]) for k, (f, row, _) in jobs.items()}
+
+
+@pytest.mark.parametrize("index", range(len(_cpu_findings())),
+                         ids=[f"{f.entry_id}-{'-'.join(_cell(f))}" for f in _cpu_findings()])
+def test_every_cpu_finding_reproduces_in_a_fresh_interpreter_without_detconf(reproduced, index):
+    finding, row, result = reproduced[index]
+    assert result["torch"] == torch.__version__
+    assert result["verdict"] == finding.verdict == result["recorded"]
+    if finding.verdict == "stale-doc":
+        assert result["raised_runs"] == 0 and result["identical"] is True
+    elif finding.verdict == "missing-warning":
+        assert result["raised_runs"] == 0 and result["warned_runs"] < result["runs"] == row["runs"]
+    elif finding.verdict == "wrong-result":
+        assert result["identical"] is True and result["matches_eager"] is False and result["max_abs_diff_vs_eager"] > 0
+    elif finding.verdict == "violated":
+        assert result["observed"] == row["observed"] or (row["observed"] in ("zeros", "unfilled")
+                                                          and result["observed"] in ("zeros", "unfilled"))
+
+
+# -- planted faults: a script that sees something else says so ---------------------------------
+
+
+PUT_REPRO = """import math
+import warnings
+
+import torch
+import torch.nn.functional as F
+from detconf.engine.strategies import build_indices, build_tensor
+
+x = build_tensor((5, 6), torch.float32, 0, device='cpu', low=-10, high=10, contiguous=True)
+index = build_indices((47,), 30, 0, duplicates=0.0, unique=False, device='cpu', dtype=torch.int64)
+source = build_tensor((47,), torch.float32, 0, device='cpu', low=-10, high=10, contiguous=True)
+
+
+def put_op(x, index, source, *, accumulate, clone):
+    return (x.clone() if clone else x).put_(index, source, accumulate=accumulate)
+
+
+out = put_op(x=x, index=index, source=source, accumulate=False, clone=False)"""
+
+
+def _row(**changes) -> dict:
+    row = {"record": "result", "source": "torch-docs", "entry_id": "put_(accumulate=False)", "op": "torch.Tensor.put_",
+           "sentence": ":func:`torch.Tensor.put_` when ``accumulate=False``", "device": "cpu", "mode": "error",
+           "compile": "eager", "phase": "program", "expected": "raises", "observed": "deterministic",
+           "verdict": "stale-doc", "runs": 2, "examples": 3, "torch_version": torch.__version__,
+           "detail": {"repro": PUT_REPRO, "example": "put_ on cpu"}}
+    row.update(changes)
+    return row
+
+
+def _script_result(tmp_path: Path, row: dict) -> dict:
+    path = tmp_path / "repro.py"
+    path.write_text(upstream.repro_script(row), encoding="utf-8")
+    return _run_script(path, tmp_path)
+
+
+def test_a_planted_stale_doc_row_whose_op_raises_is_not_reproduced(tmp_path):
+    """Eager put_(accumulate=False) raises the alert as documented: the script says conforms, so
+    the end-to-end check (its verdict must be the finding's) fails on such a row."""
+    result = _script_result(tmp_path, _row())
+    assert result["alert_raises"] == 2 and result["verdict"] == "conforms" != result["recorded"]
+
+
+def test_a_planted_nondeterministic_op_is_seen_as_nondeterministic(tmp_path):
+    repro = PUT_REPRO.replace("return (x.clone() if clone else x).put_(index, source, accumulate=accumulate)",
+                              "return x + torch.rand(x.shape)")
+    row = _row(mode="error", expected="deterministic", verdict="nondeterministic",
+               detail={"repro": repro})
+    result = _script_result(tmp_path, row)
+    assert result["identical"] is False and result["verdict"] == "nondeterministic"
+    same = _script_result(tmp_path, _row(expected="deterministic", mode="off", verdict="conforms"))
+    assert same["identical"] is True and same["raised_runs"] == 0
+
+
+def test_a_backward_program_runs_its_backward_with_the_seeded_gradient(tmp_path):
+    repro = PUT_REPRO.replace("out = put_op", "x.requires_grad_()\nsource.requires_grad_()\nout = put_op").replace(
+        "clone=False)", "clone=True)\n# then backward through out with a seeded gradient; compare x.grad, source.grad")
+    row = _row(mode="off", expected="deterministic", verdict="conforms", detail={"repro": repro})
+    script = upstream.repro_script(row)
+    assert "GRADS = ('x', 'source')" in script and "clone=True" in script and "# then backward" not in script
+    assert _script_result(tmp_path, row)["identical"] is True
+
+
+# -- the issue text and the command's input ----------------------------------------------------
+
+
+def test_the_issue_text_names_versions_device_sentence_and_observed_against_expected():
+    text = upstream.issue_text(_row(compile="inductor", device_name="AMD EPYC"), {"python": "3.11.7"})
+    for needle in (f"torch: {torch.__version__}", "Python 3.11.7", "device: cpu (AMD EPYC)",
+                   ":func:`torch.Tensor.put_` when ``accumulate=False``", "expected: raises",
+                   "observed: deterministic (verdict `stale-doc`", "backend='inductor'"):
+        assert needle in text
+    noted = _row()
+    noted["detail"] = dict(noted["detail"], contradiction="contradicted by 'x' of the same docstring")
+    assert "the docstring contradicts itself: contradicted by 'x'" in upstream.issue_text(noted, {})
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_the_command_writes_a_folder_per_cell_and_honours_cell(tmp_path):
+    conforming = _row(entry_id="put_(accumulate=True)", verdict="conforms")
+    results = _write(tmp_path / "r.jsonl", [_row(), conforming, _row(mode="warn_only", expected="warns",
+                                                                      verdict="missing-warning")])
+    proc = _run_cli(str(results), "--out", str(tmp_path / "out"), "--mode", "error")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["put__accumulate=False_-cpu-error-eager"]
+    assert {p.name for p in (tmp_path / "out" / "put__accumulate=False_-cpu-error-eager").iterdir()} == {"repro.py", "issue.md"}
+
+
+@pytest.mark.parametrize("case", ["missing", "not-json", "no-failing", "unknown-cell", "sweep-cell", "folder", "no-out"])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
+    results = _write(tmp_path / "r.jsonl", [_row(), _row(source="sweep", entry_id="take", detail={"repro": "x"})])
+    args = {
+        "missing": [str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o")],
+        "not-json": [str(_write(tmp_path / "bad.jsonl", []).with_name("bad.jsonl")), "--out", str(tmp_path / "o")],
+        "no-failing": [str(_write(tmp_path / "ok.jsonl", [_row(verdict="conforms")])), "--out", str(tmp_path / "o")],
+        "unknown-cell": [str(results), "--cell", "nosuch", "--out", str(tmp_path / "o")],
+        "sweep-cell": [str(results), "--cell", "take", "--out", str(tmp_path / "o")],
+        "folder": [str(tmp_path), "--out", str(tmp_path / "o")],
+        "no-out": [str(results)],
+    }[case]
+    if case == "not-json":
+        (tmp_path / "bad.jsonl").write_text("{not json\n", encoding="utf-8")
+    proc = _run_cli(*args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_row_the_script_cannot_rebuild_is_refused_with_the_reason():
+    with pytest.raises(upstream.UpstreamError, match="OpInfo database"):
+        upstream.repro_script(_row(source="sweep"))
+    with pytest.raises(upstream.UpstreamError, match="no reproducer"):
+        upstream.repro_script(_row(detail={}))
+    bad = copy.deepcopy(_row())
+    bad["detail"]["repro"] = PUT_REPRO.replace("import math", "import numpy")
+    with pytest.raises(upstream.UpstreamError, match="other than torch"):
+        upstream.repro_script(bad)
