@@ -48,6 +48,7 @@ from detconf.reports.output import ArgumentParser, check_out_dir, emit, write_fi
 from detconf.reports.readfile import BadLine, Unreadable, json_lines, open_regular
 from detconf.reports.records import (
     DEFAULT_PHASE, EAGER, NAME_FIELDS, ResultsError, after_end_problem, check_record, name_problem, second_end_problem,
+    without_run_fingerprints,
 )
 from detconf.reports.safe import csv_table, markdown_frame, md_cell, terminal
 
@@ -107,12 +108,7 @@ def read(path: str) -> ResultsFile:
     try:
         with f:
             for number, rec in json_lines(f, not_json=NOT_JSON):
-                checked = rec
-                if isinstance(rec, dict) and isinstance(rec.get("detail"), dict) \
-                        and isinstance(rec["detail"].get("fingerprints"), list):
-                    # Run fingerprints of a check (a list), not per-example ones: checked without them.
-                    checked = {**rec, "detail": {k: v for k, v in rec["detail"].items() if k != "fingerprints"}}
-                kind, problem = check_record(checked)
+                kind, problem = check_record(without_run_fingerprints(rec))
                 if problem:
                     raise _fail(path, number, problem)
                 if kind == "run":

@@ -244,6 +244,16 @@ def _check_end(rec: dict) -> str | None:
 _KIND_CHECKS = {"result": _check_result, "run": _check_run, "end": _check_end}
 
 
+def without_run_fingerprints(rec: object) -> object:
+    """``rec`` as :func:`check_record` takes it from a reader that allows a check's run
+    fingerprints: the CUDA checks of the reproducibility notes (cuBLAS workspace) write
+    ``detail.fingerprints`` as a *list* of run fingerprints, not per-example ones; such a row is
+    checked without them (``fingerprints``, ``sensitivity``)."""
+    if isinstance(rec, dict) and isinstance(rec.get("detail"), dict) and isinstance(rec["detail"].get("fingerprints"), list):
+        return {**rec, "detail": {k: v for k, v in rec["detail"].items() if k != "fingerprints"}}
+    return rec
+
+
 def check_record(rec: object) -> tuple[str | None, str | None]:
     """Full check of one parsed line: returns ``(kind, problem)``."""
     if not isinstance(rec, dict):

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from detconf.reports.load import load
 from detconf.reports.output import ArgumentParser, check_out_dir, emit, write_files, write_picture
 from detconf.reports.readfile import BadLine, Unreadable, json_lines, open_regular
-from detconf.reports.records import DEFAULT_PHASE, EAGER, ResultsError, check_record
+from detconf.reports.records import DEFAULT_PHASE, EAGER, ResultsError, check_record, without_run_fingerprints
 from detconf.reports.safe import csv_table, markdown_frame, md_cell, terminal
 
 SEEN, NOT_SEEN = "nondeterminism-seen", "no-difference-seen"
@@ -96,12 +96,7 @@ def _perturbed_rows(path: str) -> list[dict]:
     try:
         with f:
             for number, rec in json_lines(f):
-                checked = rec
-                if isinstance(rec, dict) and isinstance(rec.get("detail"), dict) \
-                        and isinstance(rec["detail"].get("fingerprints"), list):
-                    # A check's run fingerprints (a list): checked without them, as `fingerprints` does.
-                    checked = {**rec, "detail": {k: v for k, v in rec["detail"].items() if k != "fingerprints"}}
-                kind, problem = check_record(checked)
+                kind, problem = check_record(without_run_fingerprints(rec))
                 if problem:
                     raise ResultsError(f"{path}:{number}: {problem}")
                 if kind == "result" and isinstance(rec.get("detail"), dict) and rec["detail"].get("tier") == "perturb":

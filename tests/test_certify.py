@@ -372,15 +372,23 @@ def test_a_row_after_the_end_record_is_refused(pkg):
     _refused(pkg, "1 row(s) after its end record")
 
 
-def test_a_plugin_given_through_pytest_addopts_is_in_the_run_record(tmp_path):
-    (tmp_path / "sneaky_plugin.py").write_text("def pytest_configure(config):\n    pass\n")
+def _run_with_plugin(tmp_path: Path, name: str, code: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """A suite run with plugin module ``name`` (source ``code``) given through ``PYTEST_ADDOPTS``:
+    the command line does not show it."""
+    (tmp_path / f"{name}.py").write_text(code)
     results = tmp_path / "r.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env.update(PYTEST_ADDOPTS="-p sneaky_plugin", PYTHONPATH=str(tmp_path))
-    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "--source",
-                          "flag-api", "--device", "cpu", "-k", "are_deterministic", "-n", "0", "--no-report-build",
-                          "--results", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    env.update(PYTEST_ADDOPTS=f"-p {name}", PYTHONPATH=str(tmp_path))
+    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "--device",
+                          "cpu", "-n", "0", "--no-report-build", *args, "--results", str(results)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    return out, results
+
+
+def test_a_plugin_given_through_pytest_addopts_is_in_the_run_record(tmp_path):
+    _, results = _run_with_plugin(tmp_path, "sneaky_plugin", "def pytest_configure(config):\n    pass\n",
+                                  "--source", "flag-api", "-k", "are_deterministic")
     run = json.loads(results.read_text().splitlines()[0])
     assert {"module": "sneaky_plugin", "name": "sneaky_plugin", "distribution": None, "version": None} in run["env"]["plugins"]
     assert "sneaky_plugin" not in " ".join(run["env"]["argv"])  # the command line does not show it: the record does
@@ -642,19 +650,12 @@ def test_a_plugin_that_drops_cases_from_the_plan_is_caught_by_the_suites_own_pla
     from detconf.reports.certify import read_runs
     from detconf.reports.verify import _Check as Check
 
-    (tmp_path / "dropper.py").write_text(
+    out, results = _run_with_plugin(tmp_path, "dropper", (
         "import detconf.conformance.catalog as catalog\n"
         "_load = catalog.load_catalog\n"
         "def load_catalog(*args, **kwargs):\n"
         "    return [e for e in _load(*args, **kwargs) if e.source == 'flag-api'][:2]\n"
-        "catalog.load_catalog = load_catalog\n")
-    results = tmp_path / "r.jsonl"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env.update(PYTEST_ADDOPTS="-p dropper", PYTHONPATH=str(tmp_path))
-    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "--device",
-                          "cpu", "--mode", "error", "--mode", "warn_only", "-n", "0", "--no-report-build",
-                          "--results", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+        "catalog.load_catalog = load_catalog\n"), "--mode", "error", "--mode", "warn_only")
     runs, _, ends = read_runs([results])
     plan = ends[runs[0]["run_id"]]["suite_plan"]
     assert plan["same"] is False and plan["cases"] > 4 * runs[0]["whole_plan"], plan

@@ -127,21 +127,44 @@ def reproduced(tmp_path_factory):
     return {k: (f, row, answers[k]) for k, (f, row, _) in jobs.items()}
 
 
-@pytest.mark.parametrize("index", range(len(_cpu_findings())),
-                         ids=[f"{f.entry_id}-{'-'.join(_cell(f))}" for f in _cpu_findings()])
-def test_every_cpu_finding_reproduces_in_a_fresh_interpreter_without_detconf(reproduced, index):
-    finding, row, result = reproduced[index]
-    assert result["torch"] == torch.__version__
-    assert result["verdict"] == finding.verdict == result["recorded"]
-    if finding.verdict == "stale-doc":
-        assert result["raised_runs"] == 0 and result["identical"] is True
-    elif finding.verdict == "missing-warning":
-        assert result["raised_runs"] == 0 and result["warned_runs"] < result["runs"] == row["runs"]
-    elif finding.verdict == "wrong-result":
-        assert result["identical"] is True and result["matches_eager"] is False and result["max_abs_diff_vs_eager"] > 0
-    elif finding.verdict == "violated":
-        assert result["observed"] == row["observed"] or (row["observed"] in ("zeros", "unfilled")
-                                                          and result["observed"] in ("zeros", "unfilled"))
+def _disagreement(finding: Finding, row: dict, result: dict) -> str | None:
+    """What the script of ``finding``'s cell reported that is not the finding (None: it reproduced it)."""
+    if result["torch"] != torch.__version__:
+        return f"ran torch {result['torch']}"
+    if not result["verdict"] == finding.verdict == result["recorded"]:
+        return f"verdict {result['verdict']}, recorded {result['recorded']}, the finding says {finding.verdict}"
+    if finding.verdict == "stale-doc" and not (result["raised_runs"] == 0 and result["identical"] is True):
+        return f"stale-doc, yet raised in {result['raised_runs']} run(s) or differed ({result['identical']})"
+    if finding.verdict == "missing-warning" and not (result["raised_runs"] == 0
+                                                     and result["warned_runs"] < result["runs"] == row["runs"]):
+        return f"missing-warning, yet {result['raised_runs']} raised / {result['warned_runs']} warned of {result['runs']}"
+    if finding.verdict == "wrong-result" and not (result["identical"] is True and result["matches_eager"] is False
+                                                  and result["max_abs_diff_vs_eager"] > 0):
+        return f"wrong-result, yet identical {result['identical']}, matches eager {result['matches_eager']}"
+    if finding.verdict == "violated" and not (result["observed"] == row["observed"] or (
+            row["observed"] in ("zeros", "unfilled") and result["observed"] in ("zeros", "unfilled"))):
+        return f"violated, observed {result['observed']} where the row observed {row['observed']}"
+    return None
+
+
+def test_every_cpu_finding_reproduces_in_a_fresh_interpreter_without_detconf(reproduced):
+    """One test for all of them: the suite run and the scripts are made once (a parametrized test
+    would build the module's fixture once per xdist worker that draws one of its cases)."""
+    assert len(reproduced) == len(_cpu_findings())
+    problems = [f"{finding.entry_id} {'/'.join(_cell(finding))}: {problem}"
+                for finding, row, result in reproduced.values()
+                for problem in [_disagreement(finding, row, result)] if problem]
+    assert not problems, problems
+
+
+def test_a_script_that_does_not_reproduce_its_finding_is_named():
+    finding = Finding(source="torch-docs", entry_id="put_(accumulate=False)", verdict="stale-doc", torch=">=2.0",
+                      why="x")
+    agreed = {"torch": torch.__version__, "verdict": "stale-doc", "recorded": "stale-doc", "raised_runs": 0,
+              "identical": True}
+    assert _disagreement(finding, {"runs": 2}, agreed) is None
+    assert "verdict conforms" in _disagreement(finding, {"runs": 2}, dict(agreed, verdict="conforms"))
+    assert "raised in 2" in _disagreement(finding, {"runs": 2}, dict(agreed, raised_runs=2))
 
 
 # -- planted faults: a script that sees something else says so ---------------------------------
