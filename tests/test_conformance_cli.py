@@ -31,7 +31,7 @@ def test_entries_for_a_doc_version_are_json_lines_with_sorted_keys():
     from detconf.conformance.findings import fact_entries
 
     facts = fact_entries("2.13.0")
-    assert len(lines) == 48 + len(facts) and {e.list_name for e in facts} == {"fact"} and len(facts) == 2
+    assert len(lines) == 48 + len(facts) and all(e.list_name == "fact" for e in facts)
     assert [Entry.from_json(r) for r in records] == snapshot_entries("2.13.0") + facts
     put = next(r for r in records if r["entry_id"] == "put_(accumulate=False)")
     assert put["cases"] == [{"accumulate": False}] and put["doc_version"] == "2.13.0"
