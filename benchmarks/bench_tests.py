@@ -5,6 +5,7 @@ tests and the time per test file.
 
 Runs ``python -m pytest tests -n N -p no:cacheprovider -q --durations=0`` in a child process and
 prints the wall time, the CPU time of the child tree, the load average before and after, the
+tests that failed or errored (pytest's short summary lines), the
 ``--slowest`` slowest test phases (setup, call, teardown: pytest's own ``--durations`` lines) and
 the summed durations per test file, largest first. Asserts nothing; quote the figures with the
 machine and its load.
@@ -34,13 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(own)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     command = [sys.executable, "-m", "pytest", "tests", "-n", args.workers, "-p", "no:cacheprovider", "-q",
-               "--durations=0", "--durations-min=0", *extra]
+               "--durations=0", "--durations-min=0", "-rfE", *extra]
     print(f"{os.cpu_count()} CPUs, load {load()}: {' '.join(command[1:])}", flush=True)
     wall, cpu, out = timed(command, ROOT, env)
     rows = [(float(m.group(1)), m.group(2), m.group(3)) for m in map(DURATION.match, out.stdout.splitlines()) if m]
     summary = next((line.strip("= ") for line in reversed(out.stdout.splitlines()) if " in " in line and "passed" in line),
                    out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr.strip()[-200:])
     print(f"wall {wall:.1f} s, CPU {cpu:.1f} s, load after {load()}: {summary}")
+    failing = [line for line in out.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    if failing:
+        print("\nnot passed (pytest's short summary):", *(f"  {line[:300]}" for line in failing), sep="\n")
     print(f"\nthe {args.slowest} slowest test phases:")
     for seconds, phase, nodeid in sorted(rows, reverse=True)[:args.slowest]:
         print(f"  {seconds:7.2f} s  {phase:8s} {nodeid}")

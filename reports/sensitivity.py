@@ -188,41 +188,66 @@ def perturbation_markdown(frame: pd.DataFrame) -> str:
                        "", markdown_frame(frame.astype(object).where(frame.notna(), "")), ""])
 
 
+def _groups(frame: pd.DataFrame):
+    """(label, device, rows) per device, torch version and compile setting; the label names the
+    device alone where the table holds one torch version and one compile setting. The headline
+    and the picture count over these same groups."""
+    keys = ["device", "torch_version"] + (["compile"] if "compile" in frame.columns else [])
+    plain = all(frame[k].nunique(dropna=False) <= 1 for k in keys[1:])
+    for key, group in frame.groupby(keys, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        yield (str(key[0]) if plain else " · ".join(str(k) for k in key)), key[0], group
+
+
+def _counts(group: pd.DataFrame, device: str) -> dict:
+    """Entries that differed over entries judged (at least one example compared) — overall, of
+    those documented for ``device`` and of those documented to throw there. An entry none of
+    whose examples was compared could not differ and counts in no denominator."""
+    was_judged = (group["examples_judged"] > 0).to_numpy(dtype=bool)
+    for_device = np.array([device in ds.split(",") or ds == "all" for ds in group["documented_devices"]], dtype=bool)
+    judged, named = group[was_judged], group[was_judged & for_device]
+    throws = group[was_judged & for_device & (group["promise"] == "raises").to_numpy(dtype=bool)]
+
+    def share(rows: pd.DataFrame) -> tuple[int, int]:
+        return int((rows["examples_differing"] > 0).sum()), len(rows)
+
+    return {"all": share(judged), "named": share(named), "throws": share(throws),
+            "unjudged": len(group) - len(judged)}
+
+
+def _sentence(counts: dict, device: str) -> str:
+    """What the headline and the picture's note say of one group, from the same counts."""
+    (seen, judged), (named_seen, named), (throw_seen, throws) = counts["all"], counts["named"], counts["throws"]
+    text = (f"{named_seen}/{named} judged entries documented for {device} differed between runs with "
+            f"determinism off ({throw_seen}/{throws} of those documented to throw); {seen}/{judged} judged overall")
+    return text + (f"; {counts['unjudged']} not judged (no example compared)" if counts["unjudged"] else "")
+
+
 def headline(frame: pd.DataFrame) -> list[str]:
-    """Per device: share of entries documented for it whose nondeterminism the control exposed."""
-    lines = []
-    for device, group in frame.groupby("device", sort=True):
-        named = group[group["documented_devices"].str.split(",").apply(lambda ds: device in ds or ds == ["all"])]
-        exposed = int((named["examples_differing"] > 0).sum())
-        throws = named[named["promise"] == "raises"]
-        lines.append(f"{device}: {exposed}/{len(named)} entries documented for {device} showed run-to-run "
-                     f"differences with determinism off ({int((throws['examples_differing'] > 0).sum())}/{len(throws)} "
-                     f"of those documented to throw); {int((group['examples_differing'] > 0).sum())}/{len(group)} overall")
-    return lines
+    """Per device (and torch version, compile setting where the table holds several): entries
+    whose nondeterminism the control exposed, over the entries judged."""
+    return [f"{label}: {_sentence(_counts(group, device), device)}" for label, device, group in _groups(frame)]
 
 
 def chart_spec(frame: pd.DataFrame) -> dict:
     """:func:`reports.picture.draw_bars` data: per device (and torch version, compile setting),
-    the entries whose runs differed with determinism off, and those where none did."""
-    keys = ["device", "torch_version"] + (["compile"] if "compile" in frame.columns else [])
+    the judged entries whose runs differed with determinism off, and those where none did; each
+    row's note is the headline's sentence for that row (same groups, same denominators)."""
     rows, differed, quiet, notes = [], [], [], []
-    for key, group in frame.groupby(keys, sort=True):
-        key = key if isinstance(key, tuple) else (key,)
-        seen = int((group["examples_differing"] > 0).sum())
-        judged = int((group["examples_judged"] > 0).sum())
-        throws = group[group["promise"] == "raises"]
-        rows.append(" · ".join(str(k) for k in key))
+    for label, device, group in _groups(frame):
+        counts = _counts(group, device)
+        seen, judged = counts["all"]
+        rows.append(label)
         differed.append(seen)
         quiet.append(judged - seen)
-        notes.append(f"{seen}/{judged} entries differed ({int((throws['examples_differing'] > 0).sum())}/"
-                     f"{len(throws)} documented to throw)")
+        notes.append(_sentence(counts, device))
     return {
         "rows": rows,
         "segments": [("runs differed (nondeterminism seen)", "#1e88e5", differed),
                      ("no difference seen", "#bbdefb", quiet)],
         "notes": notes,
-        "title": "Positive control (--mode off): entries whose runs differed, per device",
-        "xlabel": "entries judged with determinism off",
+        "title": "Positive control (--mode off): judged entries whose runs differed",
+        "xlabel": "entries judged with determinism off (at least one example compared)",
         "share": False,
     }
 

@@ -19,8 +19,29 @@ def test_fractions_and_headline(tmp_path):
     assert list(table["entry_id"]) == ["a", "c", "b"]
     assert list(table["fraction_differing"]) == [0.75, 0.5, 0.0]
     assert table["largest_input"].iloc[0] == 1 << 22 and table["largest_input"].isna().sum() == 2
-    assert headline(table) == ["cuda: 2/3 entries documented for cuda showed run-to-run differences with "
-                               "determinism off (1/2 of those documented to throw); 2/3 overall"]
+    assert headline(table) == ["cuda: 2/3 judged entries documented for cuda differed between runs with "
+                               "determinism off (1/2 of those documented to throw); 2/3 judged overall"]
+
+
+def test_the_picture_and_the_text_count_over_the_same_entries(tmp_path):
+    """One count, one denominator: an entry documented for another device and an entry none of
+    whose examples was compared change the headline and the picture's bar and note alike."""
+    from detconf.reports.sensitivity import chart_spec
+
+    path = write(tmp_path / "r.jsonl", [
+        header(), off_row("a", 3, 1, promise="raises"), off_row("b", 0, 4, promise="raises"),
+        off_row("c", 2, 2, devices=("mps",)), off_row("d", 0, 0), off_row("e", 1, 0, devices=("cpu",), device="cpu")])
+    table = sensitivity_table([path])
+    lines, chart = headline(table), chart_spec(table)
+    assert lines == [
+        "cpu: 1/1 judged entries documented for cpu differed between runs with determinism off "
+        "(0/0 of those documented to throw); 1/1 judged overall",
+        "cuda: 1/2 judged entries documented for cuda differed between runs with determinism off "
+        "(1/2 of those documented to throw); 2/3 judged overall; 1 not judged (no example compared)"]
+    assert chart["rows"] == ["cpu", "cuda"]
+    assert [f"{row}: {note}" for row, note in zip(chart["rows"], chart["notes"])] == lines
+    (_, _, differed), (_, _, quiet) = chart["segments"]
+    assert differed == [1, 2] and quiet == [0, 1]  # the bars: "2/3 judged overall", the unjudged d in neither
 
 
 def test_a_bad_size_is_refused(tmp_path):
