@@ -16,8 +16,12 @@ row (the reports read results files only):
 - the ``fill_uninitialized_memory`` and Inductor-setting checks: their detail fields (op, dtype,
   shape, call) make the script.
 
-Other cells (the OpInfo sweep, whose reproducer needs torch's test database and NumPy; other
-checks; a row without a reproducer) are named with the reason and not written. Exit status 0
+- OpInfo sweep cells: the row's OpInfo reproducer (``detail.repro``) makes a script that takes
+  the sample from torch's own test database (``torch.testing._internal``, as torch's OpInfo tests
+  do; it needs NumPy and expecttest), generated afresh before every run with the suite's seeds,
+  the inputs' digests compared across runs, then run, compared and judged as an op cell.
+
+Other cells (other checks; a row without a reproducer) are named with the reason and not written. Exit status 0
 when every selected cell was written, 2 on bad input or when none could be (one line on stderr).
 """
 from __future__ import annotations
@@ -176,7 +180,7 @@ def select_cells(rows: list[dict[str, Any]], *, cells: list[str] = (), devices: 
 # The script
 
 
-def _head(row: dict[str, Any], setting: str) -> list[str]:
+def _head(row: dict[str, Any], setting: str, needs: str = "Needs only torch: python3 repro.py") -> list[str]:
     env = [f"os.environ.setdefault({k!r}, {v!r})" for k, v in CUDA_ENVIRONMENT] if row.get("device") == "cuda" else []
     return [
         "#!/usr/bin/env python3",
@@ -184,7 +188,7 @@ def _head(row: dict[str, Any], setting: str) -> list[str]:
         "",
         f"Documented: {_docstring_safe(str(row.get('sentence', '')))}",
         f"Expected: {row.get('expected')} ({EXPECTATIONS.get(str(row.get('expected')), '')}).",
-        f"Recorded: {row.get('verdict')} (observed {row.get('observed')!r}). Needs only torch: python3 repro.py",
+        f"Recorded: {row.get('verdict')} (observed {row.get('observed')!r}). {needs}",
         '"""',
         "import json",
         "import math",
@@ -209,8 +213,7 @@ def repro_script(row: dict[str, Any]) -> str:
     if row.get("mode") not in MODE_CALLS:
         raise UpstreamError(f"{cell_label(row)}: unknown mode {row.get('mode')!r}")
     if row.get("source") == "sweep":
-        raise UpstreamError(f"{cell_label(row)}: the sweep's reproducer needs torch's OpInfo database and NumPy, "
-                            "not torch alone; not written")
+        return _sweep_script(row, detail)
     if "fill_uninitialized_memory" in detail and "op" in detail:
         return _fill_script(row, detail)
     if str(row.get("entry_id", "")).endswith("->inductor.config.deterministic") and "call" in detail:
@@ -297,15 +300,176 @@ def _op_script(row: dict[str, Any], detail: dict[str, Any]) -> str:
                                                          *program, "", *settings, "", _OP_RUNNER]) + "\n"
 
 
+#: The reproducer the sweep writes into ``detail.repro`` (``conformance/recipes_sweep._repro``),
+#: line by line: the OpInfo, the seed, the sample and the call.
+_SWEEP_REPRO = re.compile(
+    r"import itertools, random\n"
+    r"import numpy\n"
+    r"from torch\.testing\._internal\.common_methods_invocations import op_db\n"
+    r"op = next\(o for o in op_db if \(o\.name, o\.variant_test_name\) == \((?P<name>'[^'\\\n]*'|\"[^\"\\\n]*\"), "
+    r"(?P<variant>'[^'\\\n]*'|\"[^\"\\\n]*\")\)\)\n"
+    r"torch\.manual_seed\((?P<seed>\d+)\); random\.seed\((?P=seed)\); numpy\.random\.seed\((?P=seed)\)\n"
+    r"samples = op\.sample_inputs\((?P<device>'[\w:]+'), (?P<dtype>torch\.\w+), requires_grad=(?P<grad>True|False), "
+    r"set_seed=False\)\n"
+    r"sample = list\(itertools\.islice\(samples, (?P<limit>\d+)\)\)\[(?P<index>\d+)\]\n"
+    r"(?:torch\.manual_seed\((?P<reseed>\d+)\)\n)?"
+    r"out = (?:(?P<backward>op\.gradcheck_wrapper\(op\.op, sample\.input, \*sample\.args, \*\*sample\.kwargs\))"
+    r"|op\(sample\.input, \*sample\.args, \*\*sample\.kwargs\))"
+    r"  # run twice \(inputs cloned\) and compare bytes")
+
+
+def _sweep_script(row: dict[str, Any], detail: dict[str, Any]) -> str:
+    """A sweep cell: the sample rebuilt from torch's own OpInfo database (as torch's OpInfo tests
+    build it: PyTorch's maintainers run it as they run those), generated afresh before every run
+    with every generator seeded as the suite seeds it, the inputs' bytes compared across runs."""
+    match = _SWEEP_REPRO.fullmatch(str(detail.get("repro") or ""))
+    if match is None:
+        raise UpstreamError(f"{cell_label(row)}: the sweep row's detail.repro is not the sweep's OpInfo reproducer; "
+                            "not written")
+    setting = row.get("compile") or "eager"
+    settings = [
+        f"OPINFO = ({ast.literal_eval(match['name'])!r}, {ast.literal_eval(match['variant'])!r})  "
+        "# (name, variant_test_name) in torch's op_db",
+        f"DEVICE = {ast.literal_eval(match['device'])!r}",
+        f"DTYPE = {match['dtype']}",
+        f"SEED = {int(match['seed'])}  # torch, random and numpy seeded with it before the samples are generated",
+        f"LIMIT, INDEX = {int(match['limit'])}, {int(match['index'])}  # the sample: number INDEX of the first LIMIT",
+        f"REQUIRES_GRAD = {match['grad'] == 'True'}",
+        f"BACKWARD = {bool(match['backward'])}  # gradcheck_wrapper, then backward through output_process_fn_grad",
+        f"RESEED = {(int(match['reseed']) if match['reseed'] else None)!r}  # a random op: torch reseeded before each call",
+        f"RUNS = {int(row.get('runs') or 2)!r}  # as many runs as the cell made",
+        f"MODE = {row['mode']!r}",
+        f"COMPILE = {(setting if setting != 'eager' else None)!r}  # torch.compile(backend=COMPILE, dynamic=False); None: eager",
+        f"PHASE = {(row.get('phase') or 'program')!r}  # backward-only: forward with the mode off, backward under it",
+        f"GRAD_SEED = {GRAD_SEED}",
+        f"EXPECTED = {row.get('expected')!r}",
+        f"RECORDED = {row.get('verdict')!r}",
+        "TOLERANCE = None  # against eager with the mode off: torch.testing's defaults",
+    ]
+    needs = ("Needs torch and its OpInfo test database (torch.testing._internal, which imports NumPy and "
+             "expecttest, as torch's own tests do): python3 repro.py")
+    return "\n".join(_head(row, _setting_words(row), needs) + [*settings, "", "", _SWEEP_DATABASE, "", "",
+                                                              _RUNNER_HELPERS, "", "", _SWEEP_RUN_ONCE, "", "",
+                                                              _RUNNER_TAIL]) + "\n"
+
+
+# How a sweep script finds its OpInfo: torch's test database, imported with its side effects
+# (warning filters, backend flags, a reseed) undone, as the suite imports it.
+_SWEEP_DATABASE = r'''
+import hashlib
+import itertools
+import random
+
+try:
+    import numpy
+    _flags = (torch.backends.cudnn.enabled, torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
+              torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    _frozen = getattr(torch.backends, "flags_frozen", None)  # the package freezes the backend flags
+    with warnings.catch_warnings():
+        _argv, sys.argv = sys.argv, sys.argv[:1]  # the testing package parses the command line
+        from torch.testing._internal.common_methods_invocations import op_db
+        sys.argv = _argv
+    if _frozen is not None:
+        _frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
+    (torch.backends.cudnn.enabled, torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
+     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) = _flags
+except ImportError as exc:
+    sys.exit(f"this script needs torch's OpInfo database (torch.testing._internal), which failed to import: {exc}")
+OP = next((o for o in op_db if (o.name, o.variant_test_name) == OPINFO), None)
+if OP is None:
+    sys.exit(f"torch {torch.__version__} has no OpInfo {OPINFO}")
+
+
+def fresh_sample():
+    """The cell's sample as the suite generates it: every generator seeded with SEED."""
+    torch.manual_seed(SEED)
+    random.seed(SEED)
+    numpy.random.seed(SEED)
+    samples = OP.sample_inputs_func(OP, torch.device(DEVICE), DTYPE, REQUIRES_GRAD)
+    return list(itertools.islice(samples, LIMIT))[INDEX]
+
+
+def walk(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from walk(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from walk(v)
+
+
+def digest(sample):
+    """The bytes of every tensor the sample holds (dense), hashed: the inputs of each run."""
+    h = hashlib.sha256()
+    for t in walk((sample.input, sample.args, sample.kwargs)):
+        t = t.detach().to("cpu")
+        t = t.to_dense() if t.layout != torch.strided else t
+        h.update(str((t.dtype, tuple(t.shape))).encode())
+        h.update(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def program(the_input, args, kwargs):
+    if RESEED is not None:
+        torch.manual_seed(RESEED)
+    if BACKWARD:
+        return OP.gradcheck_wrapper(OP.op, the_input, *args, **kwargs)
+    return OP.op(the_input, *args, **kwargs)
+
+
+INPUT_DIGESTS = []
+'''.strip()
+
+_SWEEP_RUN_ONCE = r'''
+def dense(t):
+    t = t.detach().to("cpu")
+    return (t.to_dense() if t.layout != torch.strided else t).contiguous()
+
+
+def run_once(fn, mode):
+    """One run on a freshly generated sample: (values, raised, alert warnings, stderr alerts)."""
+    sample = fresh_sample()
+    INPUT_DIGESTS.append(digest(sample))
+    leaves = [t for t in walk((sample.input, sample.args, sample.kwargs)) if t.requires_grad and t.is_leaf]
+    values, raised = [], None
+    with warnings.catch_warnings(record=True) as caught, NativeStderr() as native:
+        warnings.simplefilter("always")
+        try:
+            set_mode("off" if PHASE == "backward-only" else mode)
+            out = fn(sample.input, sample.args, sample.kwargs)
+            outputs = tensors(out)
+            if BACKWARD:
+                processed = tensors(sample.output_process_fn_grad(out), "grad_out")
+                roots = [(t, seeded_grad(t, i)) for i, (_, t) in enumerate(processed)
+                         if t.requires_grad and (t.is_floating_point() or t.is_complex())]
+                set_mode(mode)
+                if roots:
+                    torch.autograd.backward([r for r, _ in roots], [g for _, g in roots])
+                outputs += [(f"grad[{i}]", t.grad) for i, t in enumerate(leaves) if t.grad is not None]
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            values = [(label, dense(t)) for label, t in outputs]
+        except Exception as exc:  # what it raised is the evidence
+            raised = f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0][:300]
+        finally:
+            set_mode("off")
+    alerts = [str(w.message).splitlines()[0][:300] for w in caught if any(a in str(w.message) for a in ALERT)]
+    printed = [line.strip()[:300] for line in native.lines if any(a in line for a in ALERT)] if not alerts else []
+    return values, raised, alerts, printed
+'''.strip()
+
+
 def _setting_words(row: dict[str, Any]) -> str:
     setting = row.get("compile") or "eager"
     words = f"{row.get('device')}, {MODE_CALLS.get(str(row.get('mode')), row.get('mode'))}"
     return words + (f", torch.compile(backend={setting!r})" if setting != "eager" else ", eager")
 
 
-# What an op script does with its program: the runner's steps (engine/runner.py) in torch alone.
-_OP_RUNNER = r'''
-ALERT = ("does not have a deterministic implementation", "not deterministic because it uses CuBLAS")
+# What a script does with its program: the runner's steps (engine/runner.py) in torch alone —
+# the helpers, one run (an op cell's or a sweep cell's), then the runs compared and judged.
+_RUNNER_HELPERS = r'''ALERT = ("does not have a deterministic implementation", "not deterministic because it uses CuBLAS")
 MODE_FLAGS = {"error": (True, False), "warn_only": (True, True), "off": (False, False)}
 
 
@@ -319,6 +483,8 @@ def tensors(value, label="out"):
         return [(label, value)]
     if isinstance(value, (tuple, list)):
         return [pair for i, v in enumerate(value) for pair in tensors(v, f"{label}[{i}]")]
+    if isinstance(value, dict):
+        return [pair for k, v in value.items() for pair in tensors(v, f"{label}[{k!r}]")]
     return []
 
 
@@ -353,7 +519,9 @@ class NativeStderr:
         self.lines = text.splitlines()
 
 
-def run_once(fn, mode):
+'''.strip()
+
+_OP_RUN_ONCE = r'''def run_once(fn, mode):
     """One run on fresh copies of the inputs: (values, raised, alert warnings, stderr alerts)."""
     inputs = {k: v.detach().clone().requires_grad_(k in GRADS) for k, v in INPUTS.items()}
     values, raised = [], None
@@ -380,7 +548,9 @@ def run_once(fn, mode):
     return values, raised, alerts, printed
 
 
-def same_bytes(a, b):
+'''.strip()
+
+_RUNNER_TAIL = r'''def same_bytes(a, b):
     return len(a) == len(b) and all(la == lb and x.dtype == y.dtype and x.shape == y.shape
                                     and torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8))
                                     for (la, x), (lb, y) in zip(a, b))
@@ -459,8 +629,12 @@ def main():
     verdict = judge(RUNS, raised_runs, alert_raises, warned_runs, printed_runs, identical, close)
     print(f"raised in {raised_runs} of {RUNS} runs; warned in {warned_runs}; printed the alert on stderr only in "
           f"{printed_runs}; results identical across runs: {identical}")
+    digests = globals().get("INPUT_DIGESTS") or []  # a sweep script's inputs, generated afresh for each run
+    if digests:
+        print(f"inputs: {len(set(digests))} distinct digest(s) over {len(digests)} generated samples")
     print(f"expected: {EXPECTED}; verdict: {verdict} (recorded by the suite: {RECORDED})")
     print("RESULT " + json.dumps({
+        "inputs_identical": (len(set(digests)) == 1) if digests else None,
         "runs": RUNS, "raised_runs": raised_runs, "alert_raises": alert_raises, "raised": [r[1] for r in records],
         "warned_runs": warned_runs, "stderr_alert_runs": printed_runs, "identical": identical,
         "max_abs_diff_vs_eager": worst, "matches_eager": close, "verdict": verdict, "recorded": RECORDED,
@@ -470,6 +644,8 @@ def main():
 if __name__ == "__main__":
     main()
 '''.strip()
+
+_OP_RUNNER = "\n\n\n".join([_RUNNER_HELPERS, _OP_RUN_ONCE, _RUNNER_TAIL])
 
 
 def _fill_script(row: dict[str, Any], detail: dict[str, Any]) -> str:

@@ -232,6 +232,73 @@ def test_a_backward_program_runs_its_backward_with_the_seeded_gradient(tmp_path)
     assert _script_result(tmp_path, row)["identical"] is True
 
 
+# -- OpInfo sweep cells: the sample from torch's own test database -----------------------------
+
+SWEEP_CELLS = ("sweep:empty_like-cpu-off", "sweep:index_add-cpu-error")
+
+
+@pytest.fixture(scope="module")
+def sweep_rows(tmp_path_factory) -> dict[str, dict]:
+    """The rows of two real sweep cells: empty_like with the mode off (its runs read memory nobody
+    wrote: they differ) and index_add's backward sample under the mode (deterministic)."""
+    results = tmp_path_factory.mktemp("sweep") / "results.jsonl"
+    suite = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "--hypothesis-profile", "ci",
+         "--device", "cpu", "--no-report-build", "--fresh-results", "--results", str(results), "--source", "sweep",
+         "--mode", "error", "--mode", "off", *(f"conformance/test_documented.py::test_documented[{c}]" for c in SWEEP_CELLS)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert suite.returncode == 0, suite.stdout[-3000:] + suite.stderr[-2000:]
+    rows = upstream.read_rows(upstream._records(results), results)
+    return {f"{r['entry_id']}-{r['mode']}": r for r in rows}
+
+
+def test_a_sweep_cell_reproduces_from_torchs_opinfo_database_in_a_fresh_interpreter(sweep_rows, tmp_path):
+    """Both scripts run with ``python3 -I`` from an empty folder (no detconf), generate the same
+    input bytes in every run, and see what the suite saw: empty_like's runs differ, index_add's
+    forward and backward are identical."""
+    empty, index_add = sweep_rows["empty_like-off"], sweep_rows["index_add-error"]
+    assert (empty["verdict"], index_add["verdict"]) == ("nondeterminism-seen", "conforms")
+    scripts = []
+    for name, row in (("empty", empty), ("index_add", index_add)):
+        script = upstream.repro_script(row)
+        assert "from torch.testing._internal.common_methods_invocations import op_db" in script
+        assert "detconf" not in script.split('"""')[2] and "BACKWARD = " in script
+        (tmp_path / name).mkdir()
+        scripts.append(tmp_path / name / "repro.py")
+        scripts[-1].write_text(script, encoding="utf-8")
+    assert "BACKWARD = True" in scripts[1].read_text()
+    with ThreadPoolExecutor(2) as pool:
+        seen_empty, seen_index_add = pool.map(lambda path: _run_script(path, path.parent), scripts)
+    assert seen_empty["inputs_identical"] is True and seen_empty["raised_runs"] == 0
+    assert seen_empty["identical"] is False and seen_empty["verdict"] == "nondeterministic"
+    assert seen_index_add["inputs_identical"] is True and seen_index_add["identical"] is True
+    assert seen_index_add["verdict"] == "conforms" == seen_index_add["recorded"]
+
+
+def test_a_failing_sweep_cell_is_written_by_the_command_and_a_wrong_recorded_verdict_shows(sweep_rows, tmp_path):
+    """Planted: index_add's row relabelled nondeterministic is written like any failing cell, and
+    its script, which sees identical runs, says conforms: the disagreement is there to read."""
+    planted = dict(sweep_rows["index_add-error"], verdict="nondeterministic")
+    results = _write(tmp_path / "r.jsonl", [planted, sweep_rows["empty_like-off"]])
+    proc = _run_cli(str(results), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    [folder] = (tmp_path / "out").iterdir()
+    assert folder.name == "index_add-cpu-error-eager" and "index_add [cpu/error/eager]" in proc.stdout
+    seen = _run_script(folder / "repro.py", folder)
+    assert seen["identical"] is True and seen["verdict"] == "conforms" != seen["recorded"] == "nondeterministic"
+
+
+def test_a_sweep_row_whose_reproducer_is_not_the_sweeps_is_refused(sweep_rows):
+    row = copy.deepcopy(sweep_rows["index_add-error"])
+    assert upstream.repro_script(row)
+    for tampered in (row["detail"]["repro"].replace("op_db", "my_db"),
+                     row["detail"]["repro"] + "\nimport os; os.system('x')",
+                     row["detail"]["repro"].replace("('index_add', '')", "(__import__('os').name, '')")):
+        row["detail"]["repro"] = tampered
+        with pytest.raises(upstream.UpstreamError, match="not the sweep's OpInfo reproducer"):
+            upstream.repro_script(row)
+
+
 # -- the issue text and the command's input ----------------------------------------------------
 
 
@@ -281,7 +348,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
 
 
 def test_a_row_the_script_cannot_rebuild_is_refused_with_the_reason():
-    with pytest.raises(upstream.UpstreamError, match="OpInfo database"):
+    with pytest.raises(upstream.UpstreamError, match="not the sweep's OpInfo reproducer"):
         upstream.repro_script(_row(source="sweep"))
     with pytest.raises(upstream.UpstreamError, match="no reproducer"):
         upstream.repro_script(_row(detail={}))
