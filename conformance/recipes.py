@@ -438,12 +438,36 @@ def torch_scatter_add_op(x, index, src, *, dim):
     return torch.scatter_add(x, dim, index, src)
 
 
+def scatter_add_expanded_op(x, index, src, *, channels, form):
+    """Along dim 0 with a 1-D ``index`` expanded over ``channels`` columns (strides ``(1, 0)``),
+    the pattern the CPU's sorting kernel is for (``THRESHOLDS``); the expand is part of the call,
+    since the runner's clone of an expanded input would be contiguous."""
+    expanded = index.unsqueeze(1).expand(index.shape[0], channels)
+    if form == "Tensor.scatter_add":
+        return x.scatter_add(0, expanded, src)
+    if form == "torch.scatter_add":
+        return torch.scatter_add(x, 0, expanded, src)
+    return x.clone().scatter_add_(0, expanded, src)
+
+
 @recipe("torch.Tensor.scatter_add_", "torch.scatter_add_",
         targets=("aten.scatter_add_", "aten.scatter_add"),
         forms=("Tensor.scatter_add_", "Tensor.scatter_add", "torch.scatter_add"))
 def scatter_add_(draw, entry: Entry, case: dict, device: torch.device) -> Program:
-    """``x.scatter_add_(dim, index, src)``; duplicates collide. Backward goes through ``x.clone()``."""
+    """``x.scatter_add_(dim, index, src)``; duplicates collide. Backward goes through ``x.clone()``.
+
+    In the stress and perturbation tiers on the CPU, expanded indices along dim 0 with a column
+    count on both sides of the sorting kernel's switch in ``THRESHOLDS``."""
     ex = Example(draw, entry, case, device)
+    channels = ex.threshold_side("channels", THRESHOLDS["torch.Tensor.scatter_add_"])
+    if channels is not None:
+        dtype = ex.dtype(("floating",), exclude=(torch.float16,))  # the sorting kernel skips Half
+        rows = target_side(ex, others=channels)
+        n = ex.integer(1, max(1, min(ex.limits.max_indices, ex.limits.max_numel // channels)))
+        ex.tensor("x", (rows, channels), dtype)
+        ex.indices("index", (n,), rows)
+        ex.tensor("src", (n, channels), dtype)
+        return ex.program(scatter_add_expanded_op, grads=("x", "src"), channels=channels, form=ex.form)
     dtype = ex.dtype(("floating", "integer"))
     dim = _gather_scatter_parts(ex, dtype, src=True)
     if ex.form == "Tensor.scatter_add":
@@ -1511,10 +1535,8 @@ def interpolate(draw, entry, case, device):
 # device and compile setting it applies to, what changes there and where it is said). The recipes
 # above read it through Example.threshold_side: in the stress and perturbation tiers their examples
 # sit just below and just above each switch that applies to the case's device and compile setting
-# (eager, or compiled: any other setting than "eager"). No index/scatter switch is recorded yet: none
-# by count was found with a place in the torch source to cite (the CPU scatter fast path,
-# can_use_expanded_index_path in aten/src/ATen/native/TensorAdvancedIndexing.h, is chosen by the
-# dtype and the index's layout, not by a count).
+# (eager, or compiled: any other setting than "eager"). The CPU's scatter_add switch is chosen by the
+# dtype and the index's layout *and* by a count (the columns of an expanded index): recorded with it.
 # Values are spelled as expressions: Hypothesis draws the integer literals of 100 or more it finds in
 # the project's modules, and a new one would change the examples every case draws.
 THRESHOLDS: dict[str, tuple[dict[str, Any], ...]] = {
@@ -1523,6 +1545,15 @@ THRESHOLDS: dict[str, tuple[dict[str, Any], ...]] = {
          "switch": "num_indices <= 3072 and not scale_grad_by_freq: embedding_backward_feature_kernel; "
                    "above: indices sorted, then the segmented embedding_backward_cuda_kernel",
          "source": "aten/src/ATen/native/cuda/Embedding.cu, embedding_dense_backward_cuda"},
+    ),
+    "torch.Tensor.scatter_add_": (
+        {"quantity": "channels", "at": 16, "device": "cpu", "compile": "eager",
+         "switch": "along dim 0 with an expanded index (strides 1 and 0), contiguous self and src, a floating "
+                   "dtype (not Half before it moved to the .cpp) and FBGEMM's OpenMP radix sort available: from 16 "
+                   "columns (index.numel() / index.size(0)) the indices are sorted and whole rows summed "
+                   "(scatter_add_expanded_index_stub); below, scatter_add_stub (cpu_scatter_gather_base_kernel)",
+         "source": "aten/src/ATen/native/TensorAdvancedIndexing.cpp (TensorAdvancedIndexing.h in older releases), "
+                   "can_use_expanded_index_path: is_scatter_like, constexpr int64_t threshold = 16"},
     ),
     "torch.cumsum": (
         {"quantity": "elements", "at": 10**6 + 3, "device": "cuda", "compile": "inductor",

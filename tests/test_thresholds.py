@@ -110,9 +110,68 @@ def test_every_recorded_switch_says_where_and_fits_two_stress_examples():
     per_place: dict[tuple, int] = {}
     for op, switches in THRESHOLDS.items():
         for sw in switches:
-            assert sw["source"] and sw["switch"] and sw["quantity"] in ("elements", "indices"), (op, sw)
+            assert sw["source"] and sw["switch"] and sw["quantity"] in ("elements", "indices", "channels"), (op, sw)
             key = (op, sw["quantity"], sw["device"], sw["compile"] != "eager")
             per_place[key] = per_place.get(key, 0) + 1
     # The stress profile draws 2 examples: one switch (two sides) per op, quantity, device and
     # compile setting is what it covers whole.
     assert STRESS.max_examples >= 2 and max(per_place.values()) == 1, per_place
+
+
+SCATTER_ADD = "scatter_add_[cuda]"
+COLUMNS = next(sw["at"] for sw in THRESHOLDS["torch.Tensor.scatter_add_"] if sw["device"] == "cpu")
+
+
+def _scatter_add_calls(prog) -> list[tuple]:
+    """(index shape, index strides, columns the kernel counts) of each aten.scatter_add call the
+    program makes: what can_use_expanded_index_path reads."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Calls(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket in (torch.ops.aten.scatter_add, torch.ops.aten.scatter_add_):
+                index = args[2]
+                seen.append((tuple(index.shape), index.stride(), index.numel() // index.size(0), args[1]))
+            return func(*args, **(kwargs or {}))
+
+    with Calls():
+        prog.fn(**{k: v.clone() for k, v in prog.inputs.items()})
+    return seen
+
+
+def test_scatter_add_stress_examples_straddle_the_cpu_sorting_switch(stress):
+    """Every call form gets one example below and one above 16 columns, each an index expanded
+    along dim 0 (strides (1, 0)) over contiguous tensors: the kernel's choice differs between
+    the two and nothing else does; the result is scatter_add's on the same values."""
+    case = Case(DOCS[SCATTER_ADD], "cpu", "error")
+    with kit.stable_draws(None):
+        programs = harness.drawn_programs(case, torch.device("cpu"), STRESS, STRESS.max_examples)
+    by_form: dict[str, list[int]] = {}
+    for prog in programs:
+        x, index, src = prog.inputs["x"], prog.inputs["index"], prog.inputs["src"]
+        assert x.is_contiguous() and src.is_contiguous() and index.dim() == 1 and x.dtype != torch.float16
+        [(shape, strides, columns, dim)] = _scatter_add_calls(prog)
+        assert dim == 0 and strides == (1, 0) and shape == (index.numel(), x.shape[1]) == tuple(src.shape)
+        by_form.setdefault(prog.meta["constants"]["form"], []).append(columns)
+        expected = x.clone().scatter_add_(0, index.unsqueeze(1).repeat(1, x.shape[1]), src)  # a contiguous index
+        assert torch.equal(prog.fn(**{k: v.clone() for k, v in prog.inputs.items()}), expected)
+    assert sorted(by_form) == ["Tensor.scatter_add", "Tensor.scatter_add_", "torch.scatter_add"]
+    assert all(sorted(cols) == [COLUMNS - 1, COLUMNS + 1] for cols in by_form.values()), by_form
+
+
+def test_scatter_adds_normal_tier_and_compiled_cases_draw_as_before():
+    """No switch applies outside the stress and perturbation tiers, nor to a compiled case: the
+    examples are the general ones (any dim, an index as drawn)."""
+    case = Case(DOCS[SCATTER_ADD], "cpu", "error")
+    with kit.stable_draws(None):
+        programs = harness.drawn_programs(case, torch.device("cpu"), CI, CI.max_examples)
+    assert programs and not any(p.meta["op_function"] == "scatter_add_expanded_op" for p in programs)
+    strategies.set_threshold_limit(PERTURB_THRESHOLD_NUMEL)
+    try:
+        with kit.stable_draws(1):
+            compiled = harness.drawn_programs(case, torch.device("cpu"), CI, 2)
+    finally:
+        strategies.set_threshold_limit(None)
+    assert compiled and not any(p.meta["op_function"] == "scatter_add_expanded_op" for p in compiled)
