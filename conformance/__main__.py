@@ -72,7 +72,7 @@ def _add_entries(subparsers: argparse._SubParsersAction) -> None:
                    help="parse the docstring snapshot of release X (default: the installed torch)")
     p.add_argument("--source", action="append", default=None, metavar="NAME",
                    help="where the entries come from (repeatable): torch-docs (default), ascend, flag-api, "
-                        "repro-notes, sdpa, flex-attention, sweep")
+                        "repro-notes, sdpa, flex-attention, batch-invariance, sweep")
     p.set_defaults(run=_entries)
 
 

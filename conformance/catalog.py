@@ -29,7 +29,8 @@ SOURCES = SOURCE_NAMES
 #: ``data/schemas/catalog-entries.schema.json`` when read (torch-free, before the run starts; the
 #: Ascend list is read for the run through the NPU backend's profile, which names this file).
 DATA_FILES = {"ascend": "ascend.json", "flag-api": "flag_api.json", "repro-notes": "repro_notes.json",
-              "sdpa": "sdpa.json", "flex-attention": "flex_attention.json"}
+              "sdpa": "sdpa.json", "flex-attention": "flex_attention.json",
+              "batch-invariance": "batch_invariance_catalog.json"}
 #: The promise every entry of a source must make, where the source fixes it.
 _SOURCE_PROMISE = {source: "behaves" for source in CHECK_SOURCES}
 

@@ -63,14 +63,17 @@ SOURCES: dict[str, str] = {
             "warnings, backends excluded under the mode",
     "flex-attention": "flex_attention backward: its NotImplementedError / ValueError (not the alert) and its "
                       "UserWarning under warn_only",
+    "batch-invariance": "Inductor's batch_invariant setting: f(x[:k]) equals f(x)[:k] bit for bit where torch promises "
+                        "it (Inductor, the setting on), measured (recorded) elsewhere",
     "sweep": "every OpInfo of torch's op database, under the general contract",
 }
 SOURCE_NAMES = tuple(SOURCES)
 OP_SOURCES = ("torch-docs", "ascend", "vendor")
-CHECK_SOURCES = ("flag-api", "repro-notes", "sdpa", "flex-attention")
-#: Sources a run uses only when named (``--source``): the sweep, and flex attention, whose CUDA
-#: cells compile with Inductor (tens of seconds each).
-OPT_IN_SOURCES = ("sweep", "flex-attention")
+CHECK_SOURCES = ("flag-api", "repro-notes", "sdpa", "flex-attention", "batch-invariance")
+#: Sources a run uses only when named (``--source``): the sweep, flex attention, whose CUDA
+#: cells compile with Inductor (tens of seconds each), and batch invariance (a promise of compiled
+#: code only; its cells compile two batch sizes each).
+OPT_IN_SOURCES = ("sweep", "flex-attention", "batch-invariance")
 DEFAULT_SOURCES = tuple(s for s in OP_SOURCES + CHECK_SOURCES if s not in OPT_IN_SOURCES)
 #: Sources whose expectations hold on every device the docs speak of, named by the sentence or not.
 STRICT_SOURCES = ("torch-docs",)

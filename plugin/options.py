@@ -39,7 +39,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "written or through torch.compile with that backend")
     group.addoption("--source", action="append", default=None, metavar="NAME",
                     help="catalog source (repeatable): torch-docs, ascend, vendor, flag-api, repro-notes, sdpa, "
-                         "flex-attention, sweep; default: all but the opt-in flex-attention and sweep")
+                         "flex-attention, batch-invariance, sweep; default: all but the opt-in flex-attention, "
+                         "batch-invariance and sweep")
     group.addoption("--doc-version", default=None, metavar="X.Y.Z",
                     help="judge the installed torch against this release's documented promises")
     group.addoption("--no-complements", action="store_true",

@@ -99,7 +99,7 @@ OPTION_CASES = {
     "mode-empty": (["--mode="], "unknown mode ''"),
     "mode-second-bad": (["--mode", "error", "--mode", "warn-only"], "unknown mode 'warn-only'"),
     "source-unknown": (["--source", "rumours"], "unknown source 'rumours'; known: torch-docs, ascend, vendor, "
-                                                "flag-api, repro-notes, sdpa, flex-attention, sweep"),
+                                                "flag-api, repro-notes, sdpa, flex-attention, batch-invariance, sweep"),
     "source-empty": (["--source="], "unknown source ''"),
     "source-trailing-space": (["--source", "flag-api "], "unknown source 'flag-api '"),
     "source-underscore": (["--source", "flag_api"], "unknown source 'flag_api'"),
