@@ -1440,7 +1440,9 @@ def grid_sample(draw, entry, case, device):
     pixels, which is what collides in backward. An entry about differentiation runs each
     route (``form``): a 2-D or a 3-D input with drawn options (the native kernels), and the
     conditions of cuDNN's sampler (4-D float, half or double input, bilinear, zeros,
-    ``align_corners=True``; on the CPU the native 2-D kernel runs them).
+    ``align_corners=True``; on the CPU the native 2-D kernel runs them). In the stress and
+    perturbation tiers on CUDA the cuDNN route's channels sit on both sides of cuDNN's limit
+    (``THRESHOLDS``): at most 1,024 take cuDNN's sampler, more the native one.
     """
     ex = Example(draw, entry, case, device)
     dtype = ex.dtype(("floating",))
@@ -1454,7 +1456,8 @@ def grid_sample(draw, entry, case, device):
         padding_mode = ex.kwarg("padding_mode", ("zeros", "border", "reflection"))
         align_corners = ex.kwarg("align_corners", (False, True))
         n_sp = {"native 2-D": 2, "native 3-D": 3}.get(ex.form) or (2 if mode == "bicubic" else ex.choice((2, 3)))
-    n, c = ex.batch(), ex.channels()
+    at = ex.threshold_side("channels", THRESHOLDS["torch.nn.functional.grid_sample"]) if ex.form == "cuDNN" else None
+    n, c = ex.batch(), (ex.channels() if at is None else at)  # stress and perturbation tiers: both sides of cuDNN's limit
     sides = ex.spatial(n_sp, budget=ex.limits.max_numel // (n * c))
     ex.tensor("x", (n, c) + sides, dtype, contiguous=None)
     out = ex.spatial(n_sp, budget=ex.limits.max_numel // (n * n_sp))
@@ -1554,6 +1557,15 @@ THRESHOLDS: dict[str, tuple[dict[str, Any], ...]] = {
                    "(scatter_add_expanded_index_stub); below, scatter_add_stub (cpu_scatter_gather_base_kernel)",
          "source": "aten/src/ATen/native/TensorAdvancedIndexing.cpp (TensorAdvancedIndexing.h in older releases), "
                    "can_use_expanded_index_path: is_scatter_like, constexpr int64_t threshold = 16"},
+    ),
+    "torch.nn.functional.grid_sample": (
+        {"quantity": "channels", "at": 2**10, "device": "cuda", "compile": "eager",
+         "switch": "torch.grid_sampler takes cuDNN's sampler (cudnn_grid_sampler, backward "
+                   "cudnn_grid_sampler_backward) for a 4-D input of at most 1,024 channels (input.size(1) <= 1024) "
+                   "with bilinear sampling, zero padding, align_corners=True, 32-bit indexing and cuDNN acceptable "
+                   "(enabled, a CUDA tensor; float, double or half in recent releases); above, grid_sampler_2d",
+         "source": "aten/src/ATen/native/GridSampler.cpp, grid_sampler; cond_cudnn_grid_sampler "
+                   "(aten/src/ATen/native/GridSamplerUtils.h: \"cudnn does not support inputs larger than 1024\")"},
     ),
     "torch.cumsum": (
         {"quantity": "elements", "at": 10**6 + 3, "device": "cuda", "compile": "inductor",

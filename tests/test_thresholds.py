@@ -8,7 +8,7 @@ from hypothesis import settings
 from detconf.conformance import harness, kit, profiles
 from detconf.conformance.catalog import snapshot_entries
 from detconf.conformance.plan import Case
-from detconf.conformance.recipes import THRESHOLDS
+from detconf.conformance.recipes import _GRID_ROUTES, THRESHOLDS
 from detconf.engine import strategies
 from detconf.engine.strategies import PERTURB_THRESHOLD_NUMEL, stress_scale, threshold_sides
 
@@ -175,3 +175,30 @@ def test_scatter_adds_normal_tier_and_compiled_cases_draw_as_before():
     finally:
         strategies.set_threshold_limit(None)
     assert compiled and not any(p.meta["op_function"] == "scatter_add_expanded_op" for p in compiled)
+
+
+GRID = "grid_sample.backward[cuda]"
+
+
+def test_grid_samples_cudnn_route_straddles_cudnns_channel_limit_where_it_applies(stress, monkeypatch):
+    """The switch is CUDA's (no CUDA here): moved to the CPU, the stress tier's cuDNN-route
+    examples take 1,023 and 1,025 channels, the native routes keep their drawn channels; on the
+    CPU as recorded (CUDA) nothing changes."""
+    [switch] = THRESHOLDS["torch.nn.functional.grid_sample"]
+    assert switch["device"] == "cuda" and switch["at"] == 1024
+
+    def channels(routes_seen: dict) -> dict[str, list[int]]:
+        case = Case(DOCS[GRID], "cpu", "error")
+        with kit.stable_draws(None):
+            programs = harness.drawn_programs(case, torch.device("cpu"), STRESS, STRESS.max_examples)
+        assert len(programs) == len(_GRID_ROUTES) * STRESS.max_examples  # each example runs every route, in order
+        for k, prog in enumerate(programs):
+            routes_seen.setdefault(_GRID_ROUTES[k % len(_GRID_ROUTES)], []).append(prog.inputs["x"].shape[1])
+        return routes_seen
+
+    as_recorded = channels({})
+    assert all(c <= 8 for cs in as_recorded.values() for c in cs), as_recorded
+    monkeypatch.setitem(THRESHOLDS, "torch.nn.functional.grid_sample", (dict(switch, device="cpu"),))
+    moved = channels({})
+    assert sorted(moved["cuDNN"]) == [1023, 1025], moved
+    assert all(c <= 8 for route, cs in moved.items() if route != "cuDNN" for c in cs), moved
