@@ -424,6 +424,11 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     Step("tests", "e", "the harness's own tests",
          lambda plan: ["tests", "-n", plan.workers, "-p", "no:cacheprovider"], results=False, min_s=60,
          typical_s=225, needs=_needs_tests),
+    Step("beyond", "f", "the promises beyond the docstring that need a GPU's compiled code: batch invariance "
+         "(Triton reads batch_invariant) and flex attention, eager and Inductor, modes error and off",
+         _conformance("--source", "batch-invariance", "--source", "flex-attention", "--compile", "eager",
+                      "--compile", "inductor", "--mode", "error", "--mode", "off"),
+         min_s=45, typical_s=120),
 )}
 
 

@@ -211,7 +211,7 @@ def test_a_device_that_is_absent_is_bad_input_recorded_in_the_output_folder(tmp_
 
 @pytest.mark.parametrize("args,needle", [
     (["--steps", "documented,bogus"], "unknown step 'bogus'; steps: probes, documented, compiled, sweep, stress, "
-                                      "speed, tests"),
+                                      "speed, tests, beyond"),
     (["--budget", "5"], "--budget '5': between 20 seconds and a week"),
     (["--budget", "soon"], "--budget 'soon': a number of seconds"),
     (["--archive", "{tmp}/x.zip"], "--archive {tmp}/x.zip: name it *.tar.gz"),
