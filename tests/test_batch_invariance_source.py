@@ -91,20 +91,21 @@ def test_the_suites_findings_are_the_standalone_commands():
 
 @needs_setting
 def test_a_suite_run_judges_inductor_under_the_mode_and_records_the_rest(tmp_path):
-    """The suite's cells of matmul and layer_norm: the two Inductor cells under the mode are
-    judged (conforms, or violated and waived by the CPU finding: the difference depends on the
-    row count and on the CPU's thread count), the eager and mode-off cells recorded; exit 0."""
+    """The suite's matmul cells in mode error: the Inductor cell is judged (conforms, or violated
+    and waived by the CPU finding: the difference depends on the row count and on the CPU's
+    thread count), the eager cell recorded; exit 0. (The mode-off cells: the setting test above;
+    each compiled cell costs Inductor's C++ builds in a private cache.)"""
     results = tmp_path / "r.jsonl"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-n", "0",
          "--hypothesis-profile", "ci", "--device", "cpu", "--no-report-build", "--results", str(results),
-         "--source", "batch-invariance", "--mode", "error", "--mode", "off", "--compile", "eager",
-         "--compile", "inductor", "-k", "matmul or layer_norm"],
+         "--source", "batch-invariance", "--mode", "error", "--compile", "eager", "--compile", "inductor",
+         "-k", "matmul"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     cells = {(r["entry_id"], r["mode"], r["compile"]): r for r in rows if r["record"] == "result"}
-    assert len(cells) == 8
+    assert sorted(cells) == [("batch-invariance:matmul", "error", "eager"), ("batch-invariance:matmul", "error", "inductor")]
     for (entry_id, mode, setting), row in cells.items():
         if (mode, setting) == ("error", "inductor"):
             assert row["verdict"] in ("conforms", "violated"), row
