@@ -214,6 +214,8 @@ def repro_script(row: dict[str, Any]) -> str:
         raise UpstreamError(f"{cell_label(row)}: unknown mode {row.get('mode')!r}")
     if row.get("source") == "sweep":
         return _sweep_script(row, detail)
+    if row.get("source") == "batch-invariance":
+        return _batch_invariance_script(row, detail)
     if "fill_uninitialized_memory" in detail and "op" in detail:
         return _fill_script(row, detail)
     if str(row.get("entry_id", "")).endswith("->inductor.config.deterministic") and "call" in detail:
@@ -452,12 +454,10 @@ def run_once(fn, mode):
                 torch.cuda.synchronize()
             values = [(label, dense(t)) for label, t in outputs]
         except Exception as exc:  # what it raised is the evidence
-            raised = f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0][:300]
+            raised = raised_as(exc)
         finally:
             set_mode("off")
-    alerts = [str(w.message).splitlines()[0][:300] for w in caught if any(a in str(w.message) for a in ALERT)]
-    printed = [line.strip()[:300] for line in native.lines if any(a in line for a in ALERT)] if not alerts else []
-    return values, raised, alerts, printed
+    return (values, raised, *alerts_of(caught, native))
 '''.strip()
 
 
@@ -519,6 +519,17 @@ class NativeStderr:
         self.lines = text.splitlines()
 
 
+def raised_as(exc):
+    return f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0][:300]
+
+
+def alerts_of(caught, native):
+    """(the alert's Python warnings, the alert lines C++ printed on stderr where none reached Python)."""
+    alerts = [str(w.message).splitlines()[0][:300] for w in caught if any(a in str(w.message) for a in ALERT)]
+    printed = [line.strip()[:300] for line in native.lines if any(a in line for a in ALERT)] if not alerts else []
+    return alerts, printed
+
+
 '''.strip()
 
 _OP_RUN_ONCE = r'''def run_once(fn, mode):
@@ -540,12 +551,10 @@ _OP_RUN_ONCE = r'''def run_once(fn, mode):
                 torch.cuda.synchronize()
             values = [(label, t.detach().to("cpu").contiguous()) for label, t in outputs]
         except Exception as exc:  # what it raised is the evidence
-            raised = f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0][:300]
+            raised = raised_as(exc)
         finally:
             set_mode("off")
-    alerts = [str(w.message).splitlines()[0][:300] for w in caught if any(a in str(w.message) for a in ALERT)]
-    printed = [line.strip()[:300] for line in native.lines if any(a in line for a in ALERT)] if not alerts else []
-    return values, raised, alerts, printed
+    return (values, raised, *alerts_of(caught, native))
 
 
 '''.strip()
@@ -722,6 +731,97 @@ def _fill_script(row: dict[str, Any], detail: dict[str, Any]) -> str:
         "    main()",
     ]
     return "\n".join(_head(row, _setting_words(row)) + body) + "\n"
+
+
+#: The batch-invariance programs (``conformance/batch_invariance.py``'s ``OPS``) in torch alone:
+#: ``build(batch, width, seed)`` gives the function and its batched inputs, from a seeded
+#: generator, as the suite builds them (a test keeps the two equal).
+BATCH_BUILDERS = {
+    "matmul": ("w = randn(width, width + 3)", "lambda x: torch.matmul(x, w)", "{'x': randn(batch, width)}"),
+    "bmm": ("", "torch.bmm", "{'input': randn(batch, 3, width), 'mat2': randn(batch, width, 5)}"),
+    "sum": ("", "lambda x: x.sum(-1)", "{'x': randn(batch, width)}"),
+    "mean": ("", "lambda x: x.mean(-1)", "{'x': randn(batch, width)}"),
+    "softmax": ("", "lambda x: torch.softmax(x, -1)", "{'x': randn(batch, width)}"),
+    "layer_norm": ("weight, bias = randn(width), randn(width)",
+                   "lambda x: F.layer_norm(x, (width,), weight, bias)", "{'x': randn(batch, width)}"),
+    "attention": ("heads, length = 2, 1 + width % 7", "F.scaled_dot_product_attention",
+                  "dict(zip(('query', 'key', 'value'), (randn(batch, heads, length, width) for _ in range(3))))"),
+}
+
+
+def batch_builder_source(op: str) -> str:
+    """``build(batch, width, seed)`` of ``op``, as the script holds it."""
+    setup, fn, inputs = BATCH_BUILDERS[op]
+    return "\n".join([
+        "def build(batch, width, seed):",
+        "    gen = torch.Generator().manual_seed(seed)",
+        "    randn = lambda *shape: torch.randn(*shape, generator=gen)  # noqa: E731",
+        *([f"    {setup}"] if setup else []),
+        f"    fn = {fn}",
+        f"    return fn, {inputs}",
+    ])
+
+
+def _batch_invariance_script(row: dict[str, Any], detail: dict[str, Any]) -> str:
+    """A batch-invariance cell: the example's batch and its first ``k`` rows through the op,
+    compiled as the cell was, Inductor's ``batch_invariant`` as the cell had it, on the cell's
+    thread count; the prefix compared as bytes."""
+    op = str(row.get("entry_id", "")).removeprefix("batch-invariance:")
+    example = detail.get("example")
+    if op not in BATCH_BUILDERS or not isinstance(example, dict) or \
+            not all(isinstance(example.get(k), int) and not isinstance(example.get(k), bool)
+                    for k in ("batch", "k", "width", "seed")):
+        raise UpstreamError(f"{cell_label(row)}: a batch-invariance row without its op or example; not written")
+    setting = str(detail.get("setting", ""))
+    if not re.fullmatch(r"torch\._inductor\.config\.batch_invariant=(True|False)", setting):
+        raise UpstreamError(f"{cell_label(row)}: detail.setting {setting!r} is not Inductor's batch_invariant")
+    threads = detail.get("threads")
+    compile_setting = row.get("compile") or "eager"
+    body = [
+        batch_builder_source(op),
+        "",
+        "",
+        f"BATCH, K, WIDTH, SEED = {example['batch']}, {example['k']}, {example['width']}, {example['seed']}",
+        f"MODE = {row['mode']!r}",
+        f"COMPILE = {(compile_setting if compile_setting != 'eager' else None)!r}  # torch.compile(backend=COMPILE)",
+        f"BATCH_INVARIANT = {setting.endswith('True')!r}  # torch._inductor.config.batch_invariant",
+        f"THREADS = {(int(threads) if isinstance(threads, int) else None)!r}  # the cell's torch.get_num_threads()",
+        f"PROMISED = {bool(detail.get('promised'))!r}",
+        f"RECORDED = {row.get('verdict')!r}",
+        f"OBSERVED = {row.get('observed')!r}",
+        "",
+        "",
+        "def main():",
+        "    if THREADS is not None:",
+        "        torch.set_num_threads(THREADS)",
+        "    torch.use_deterministic_algorithms(MODE != 'off', warn_only=(MODE == 'warn_only'))",
+        "    import torch._inductor.config as inductor_config",
+        "    patch = inductor_config.patch(batch_invariant=BATCH_INVARIANT) if hasattr(inductor_config, 'batch_invariant') \\",
+        "        else contextlib.nullcontext()",
+        "    fn, batched = build(BATCH, WIDTH, SEED)",
+        "    with patch:",
+        "        torch._dynamo.reset()",
+        "        run = torch.compile(fn, backend=COMPILE) if COMPILE else fn",
+        "        whole = run(**batched)",
+        "        part = run(**{name: t[:K].clone() for name, t in batched.items()})",
+        "    prefix, part = whole[:K], part",
+        "    same = prefix.shape == part.shape and torch.equal(prefix.contiguous().view(torch.uint8), part.contiguous().view(torch.uint8))",
+        "    diff = 0.0 if same else float((prefix.double() - part.double()).abs().max())",
+        "    observed = 'batch-invariant' if same else 'batch-dependent'",
+        "    verdict = ('conforms' if same else 'violated') if PROMISED else 'recorded'",
+        "    print(f'torch {torch.__version__}; {MODE}; {\"torch.compile(backend=%r)\" % COMPILE if COMPILE else \"eager\"}; '",
+        "          f'batch_invariant={BATCH_INVARIANT}; {torch.get_num_threads()} threads')",
+        "    print(f'f(x)[:{K}] against f(x[:{K}]) for {BATCH} rows of width {WIDTH}: '",
+        "          f'{\"equal bytes\" if same else \"differ, max abs %g\" % diff}')",
+        "    print(f'observed: {observed}; verdict: {verdict} (recorded by the suite: {RECORDED})')",
+        "    print('RESULT ' + json.dumps({'observed': observed, 'verdict': verdict, 'recorded': RECORDED,",
+        "                                  'max_abs_diff': diff, 'torch': torch.__version__}))",
+        "",
+        "",
+        "if __name__ == '__main__':",
+        "    main()",
+    ]
+    return "\n".join(_head(row, _setting_words(row)) + ["import contextlib", "", *body]) + "\n"
 
 
 def _inductor_setting_script(row: dict[str, Any], detail: dict[str, Any]) -> str:

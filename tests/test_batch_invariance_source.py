@@ -80,37 +80,45 @@ def test_a_planted_batch_dependent_op_fails_the_promised_cell_and_is_recorded_el
 
 
 def test_the_suites_findings_are_the_standalone_commands():
-    """The CPU violations are known findings twice (the suite's file waives cells; the
-    standalone command's data file marks its rows): the two say the same."""
+    """A CPU violation the suite waives is one the standalone command's data file records too,
+    with the same range, devices, compile settings and facts. (The standalone command's matmul
+    finding is not the suite's: it shows with the process's 2 threads, and the suite's xdist
+    workers run 1; a suite run with ``-n 0`` on 2 or more cores may fail that cell, as torch
+    does not keep the promise there.)"""
     suite = {(f.entry_id.removeprefix("batch-invariance:"), str(f.torch), tuple(f.devices), tuple(f.compile), f.why)
              for f in load_findings() if f.source == "batch-invariance"}
     standalone = {(f.entry_id, str(torch_range(f.torch)), f.devices, f.compile, f.why) for f in bi.load_promise().findings}
-    assert {s[:4] for s in suite} == {s[:4] for s in standalone} and len(suite) == len(standalone) >= 2
-    assert all(any(s[4].startswith(t[4]) for s in suite) for t in standalone)
+    assert suite and {s[:4] for s in suite} <= {s[:4] for s in standalone}
+    assert all(any(s[4] == t[4] for t in standalone if t[:4] == s[:4]) for s in suite)
 
 
-@needs_setting
-def test_a_suite_run_judges_inductor_under_the_mode_and_records_the_rest(tmp_path):
-    """The suite's matmul cells in mode error: the Inductor cell is judged (conforms, or violated
-    and waived by the CPU finding: the difference depends on the row count and on the CPU's
-    thread count), the eager cell recorded; exit 0. (The mode-off cells: the setting test above;
-    each compiled cell costs Inductor's C++ builds in a private cache.)"""
+def test_a_suite_run_records_the_cells_where_nothing_is_promised(tmp_path):
+    """The suite's layer_norm cells in mode error, eager and aot_eager: nothing is promised there,
+    so both are ``recorded`` (batch_invariant stays off) and the run passes. The Inductor cell,
+    judged, is run through the suite by ``tests/test_upstream.py``, whose every-CPU-finding test
+    requires its verdict to be the known finding's (violated) and its script to reproduce it."""
     results = tmp_path / "r.jsonl"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-n", "0",
          "--hypothesis-profile", "ci", "--device", "cpu", "--no-report-build", "--results", str(results),
-         "--source", "batch-invariance", "--mode", "error", "--compile", "eager", "--compile", "inductor",
-         "-k", "matmul"],
+         "--source", "batch-invariance", "--mode", "error", "--compile", "eager", "--compile", "aot_eager",
+         "-k", "layer_norm"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     cells = {(r["entry_id"], r["mode"], r["compile"]): r for r in rows if r["record"] == "result"}
-    assert sorted(cells) == [("batch-invariance:matmul", "error", "eager"), ("batch-invariance:matmul", "error", "inductor")]
-    for (entry_id, mode, setting), row in cells.items():
-        if (mode, setting) == ("error", "inductor"):
-            assert row["verdict"] in ("conforms", "violated"), row
-            assert row["detail"]["promised"] is True and "batch_invariant=True" in row["detail"]["setting"]
-            if row["verdict"] == "violated":  # waived: the run's exit status is 0
-                assert known_finding(row, load_findings()) is not None, row
-        else:
-            assert row["verdict"] == "recorded" and row["detail"]["promised"] is False, row
+    assert sorted(cells) == [("batch-invariance:layer_norm", "error", "aot_eager"),
+                             ("batch-invariance:layer_norm", "error", "eager")]
+    for row in cells.values():
+        assert row["verdict"] == "recorded" and row["detail"]["promised"] is False, row
+        assert "batch_invariant=False" in row["detail"]["setting"] and row["detail"]["threads"] >= 1
+
+
+def test_the_upstream_findings_test_covers_the_judged_cell():
+    """The Inductor cell's end-to-end run lives in tests/test_upstream.py: it holds only while a
+    CPU finding of this source is recorded for the installed torch."""
+    from tests.test_upstream import _cpu_findings
+
+    if not bi.load_promise().made_by(TORCH):
+        pytest.skip(f"torch {TORCH} has no batch_invariant")
+    assert any(f.source == "batch-invariance" and "inductor" in f.compile for f in _cpu_findings())

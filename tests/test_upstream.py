@@ -67,6 +67,21 @@ def test_the_scripts_input_builders_give_the_suites_bytes():
         assert torch.equal(ours, strategies.build_indices(shape, size, seed, duplicates=dup, unique=unique))
 
 
+def test_the_batch_invariance_builders_give_the_suites_functions_and_bytes():
+    from detconf.conformance import batch_invariance as bi
+
+    for op in bi.OPS:
+        space: dict = {"torch": torch, "F": torch.nn.functional}
+        exec(upstream.batch_builder_source(op), space)  # noqa: S102 - the text a script holds
+        for batch, width, seed in ((64, 129, 7), (3, 33, 11)):
+            fn, inputs = space["build"](batch, width, seed)
+            their_fn, theirs = bi.OPS[op].build(bi.Example(batch=batch, k=1, width=width, seed=seed),
+                                                torch.Generator().manual_seed(seed))
+            assert list(inputs) == list(theirs), op
+            assert all(torch.equal(inputs[k], theirs[k]) for k in inputs), op
+            assert torch.equal(fn(**inputs), their_fn(**theirs)), op
+
+
 def test_the_gradient_seed_is_the_runners():
     assert upstream.GRAD_SEED == runner.GRAD_SEED
 

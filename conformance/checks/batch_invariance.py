@@ -73,6 +73,7 @@ def _check_for(op_id: str):
         seen = judge(op_id, cell, setting=setting, compile_setting=compile_setting, promise=promise,
                      torch_version=torch.__version__)
         seen.detail["example"] = ex.to_json()
+        seen.detail["threads"] = torch.get_num_threads()  # CPU kernels may block by it (the matmul finding)
         return seen
 
     batch_invariant.__name__ = batch_invariant.__qualname__ = f"batch_invariant_{op_id}"
