@@ -697,7 +697,7 @@ def _fill_script(row: dict[str, Any], detail: dict[str, Any]) -> str:
         "",
         "",
         "def observed(t):",
-        "    flat = t.detach().to('cpu').reshape(-1)",
+        "    flat = t.detach().to('cpu').contiguous().reshape(-1)  # its elements, not the gaps of its strides",
         "    n = flat.numel()",
         "    if t.dtype.is_complex:",
         "        if bool(torch.isnan(torch.view_as_real(flat.to(torch.complex128))).any(dim=-1).all()):",
