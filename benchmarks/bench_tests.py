@@ -1,21 +1,26 @@
 """Where the harness's own tests spend their time: the README's command 2, timed, with the slowest
 tests and the time per test file.
 
-    python benchmarks/bench_tests.py [-n auto] [--slowest 20] [-- extra pytest args]
+    python benchmarks/bench_tests.py [-n auto] [--slowest 20] [--cold] [-- extra pytest args]
 
 Runs ``python -m pytest tests -n N -p no:cacheprovider -q --durations=0`` in a child process and
 prints the wall time, the CPU time of the child tree, the load average before and after, the
 tests that failed or errored (pytest's short summary lines), the
-``--slowest`` slowest test phases (setup, call, teardown: pytest's own ``--durations`` lines) and
-the summed durations per test file, largest first. Asserts nothing; quote the figures with the
-machine and its load.
+``--slowest`` slowest test phases (setup, call, teardown: pytest's own ``--durations`` lines), the
+summed durations per test file, largest first, and the inner ``python -m pytest`` runs the tests
+made: how many were forked from the warm interpreter (``tests/warm.py``) and how many ran cold,
+and why. ``--cold``: every inner run cold (``DETCONF_TESTS_COLD=1``), as before the warm runner.
+Asserts nothing; quote the figures with the machine and its load.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -32,8 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-n", dest="workers", default="auto")
     p.add_argument("--slowest", type=int, default=20)
+    p.add_argument("--cold", action="store_true", help="every inner pytest run in a fresh interpreter")
     args = p.parse_args(own)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    log = Path(tempfile.mkdtemp(prefix="bench-tests-")) / "inner.jsonl"
+    env["DETCONF_TESTS_WARM_LOG"] = str(log)
+    if args.cold:
+        env["DETCONF_TESTS_COLD"] = "1"
     command = [sys.executable, "-m", "pytest", "tests", "-n", args.workers, "-p", "no:cacheprovider", "-q",
                "--durations=0", "--durations-min=0", "-rfE", *extra]
     print(f"{os.cpu_count()} CPUs, load {load()}: {' '.join(command[1:])}", flush=True)
@@ -54,6 +64,17 @@ def main(argv: list[str] | None = None) -> int:
     print("\nper test file (summed over the workers):")
     for name, seconds in sorted(per_file.items(), key=lambda kv: -kv[1]):
         print(f"  {seconds:8.1f} s  {name}")
+    inner = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.is_file() else []
+    shutil.rmtree(log.parent, ignore_errors=True)
+    forked = [r for r in inner if r["warm"]]
+    print(f"\ninner python -m pytest runs: {len(forked)} forked warm ({sum(r['seconds'] for r in forked):.1f} s), "
+          f"{len(inner) - len(forked)} cold ({sum(r['seconds'] for r in inner if not r['warm']):.1f} s)")
+    why: dict[str, list] = defaultdict(list)
+    for r in inner:
+        if not r["warm"]:
+            why[r["why"]].append(r)
+    for reason, runs in sorted(why.items(), key=lambda kv: -len(kv[1])):
+        print(f"  cold, {reason}: {len(runs)} ({sum(r['seconds'] for r in runs):.1f} s)")
     return 0 if out.returncode == 0 else 1
 
 

@@ -99,11 +99,23 @@ def loaded_plugins(config: pytest.Config) -> list[dict]:
     ``pytest_plugins`` modules, with the distribution that provides each and its version."""
     from importlib import metadata
 
-    try:
-        owners = metadata.packages_distributions()
-    except Exception:  # noqa: BLE001 - broken metadata: the modules are still named
-        owners = {}
     manager = config.pluginmanager
+    # A module under an entry point's top-level package is named with the distribution that
+    # declared the entry point (pytest keeps both); other modules with the distribution that owns
+    # their top-level name, from a scan of every installed distribution's file list (a quarter of
+    # a second) made only when such a module is loaded.
+    declared = {plugin.__name__.split(".")[0]: (dist.metadata["name"], dist.version)
+                for plugin, dist in manager.list_plugin_distinfo() if isinstance(plugin, types.ModuleType)}
+    scanned: list[dict] = []
+
+    def owners() -> dict:
+        if not scanned:
+            try:
+                scanned.append(metadata.packages_distributions())
+            except Exception:  # noqa: BLE001 - broken metadata: the modules are still named
+                scanned.append({})
+        return scanned[0]
+
     found: dict[str, dict] = {}
     for name, plugin in manager.list_name_plugin():
         if plugin is None:  # blocked (-p no:NAME)
@@ -115,7 +127,8 @@ def loaded_plugins(config: pytest.Config) -> list[dict]:
         if (getattr(plugin, "__file__", "") or "").endswith("conftest.py") and module != "detconf._suite.conftest":
             continue
         if module not in found:
-            dist, version = _distribution_of(module, owners)
+            top = module.split(".")[0]
+            dist, version = declared[top] if top in declared else _distribution_of(module, owners())
             found[module] = {"module": module, "name": str(name), "distribution": dist, "version": version}
     return [found[k] for k in sorted(found)]
 

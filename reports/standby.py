@@ -67,7 +67,6 @@ def warm() -> None:
 
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     """The reply to one request (see the module's text); an error in one part is its field."""
-    from detconf.reports.build import build
     from detconf.reports.records import ResultsError
     from detconf.reports.summary import summary_lines
 
@@ -79,6 +78,8 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
             reply["summary_error"] = str(exc)
     spec = request.get("build")
     if spec:
+        from detconf.reports.build import build  # pandas and the rest: only when a matrix is asked for
+
         try:
             build(list(spec["paths"]), spec["out"], own_folder=bool(spec.get("own")))
         except Exception as exc:  # noqa: BLE001 - the caller says why the matrix was not built

@@ -8,7 +8,6 @@ exactly a backend gap. Where torch-opencl is installed, ``test_real_opencl_cases
 real cases on ``--device opencl``.
 """
 import json
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +28,7 @@ from detconf.engine.runner import backend_gap, missing_kernel, run_program
 from detconf.engine.trace import DispatchTrace, OpFailure
 from detconf.engine.verdict import expected_outcome, verdict_for
 from tests.planted import planted_entry
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = settings(max_examples=3, derandomize=True, database=None, deadline=None)
@@ -322,7 +322,7 @@ def test_real_opencl_cases(tmp_path):
     results = tmp_path / "results.jsonl"
     ids = ["resize_[complement]-opencl-error", "bincount[complement,cuda]-opencl-error",
            "index_add[cuda]-opencl-warn_only", "MaxUnpool2d-opencl-error"]
-    proc = subprocess.run(
+    proc = warm.run(
         [sys.executable, "-m", "pytest", *[f"conformance/test_documented.py::test_documented[{i}]" for i in ids],
          "-p", "no:cacheprovider", "-q", "-n", "0", "--hypothesis-profile", "ci", "--device", "opencl",
          "--mode", "error", "--mode", "warn_only", "--no-report-build", "--results", str(results)],

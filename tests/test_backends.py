@@ -6,7 +6,6 @@ distribution. (tests/test_vendor_backend.py installs one with pip and runs the s
 """
 from __future__ import annotations
 
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -17,6 +16,7 @@ import torch
 from detconf.engine import backends as loader
 from detconf.engine import devices, fleet
 from detconf.engine.devices import Backend
+from tests import warm
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -133,7 +133,7 @@ def test_a_broken_backend_stops_the_run_with_one_usage_line(tmp_path):
     where = make_distribution(tmp_path / "dist", "broken-detconf", {"broken": "gone_module:backend"})
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("PYTEST_")}
     env["PYTHONPATH"] = str(where)
-    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "--device", "cpu",
+    out = warm.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "--device", "cpu",
                           "--source", "torch-docs", "--collect-only", "-q"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 4, out.stdout[-2000:] + out.stderr[-2000:]
@@ -196,7 +196,7 @@ def test_docs_backends_shows_the_test_distribution_file_for_file():
 @pytest.mark.parametrize("value", ["abc", "0", "-1", "inf", "nan", ""])
 def test_a_bad_worker_memory_is_a_usage_error(value):
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("PYTEST_")}
-    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider",
+    out = warm.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider",
                           f"--worker-memory={value}", "--collect-only", "-q"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 4

@@ -4,7 +4,6 @@ recorded elsewhere; its known findings waive the CPU cells torch does not keep."
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -20,6 +19,7 @@ from detconf.findings_rule import torch_range
 from detconf.engine.checks import CheckUnsupported, check_for, has_check
 from detconf.vocabulary import DEFAULT_SOURCES, OPT_IN_SOURCES
 from tests.test_batch_invariance import PLANTED, needs_setting
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH = str(torch.__version__)
@@ -99,7 +99,7 @@ def test_a_suite_run_records_the_cells_where_nothing_is_promised(tmp_path):
     judged, is run through the suite by ``tests/test_upstream.py``, whose every-CPU-finding test
     requires its verdict to be the known finding's (violated) and its script to reproduce it."""
     results = tmp_path / "r.jsonl"
-    proc = subprocess.run(
+    proc = warm.run(
         [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-n", "0",
          "--hypothesis-profile", "ci", "--device", "cpu", "--no-report-build", "--results", str(results),
          "--source", "batch-invariance", "--mode", "error", "--compile", "eager", "--compile", "aot_eager",

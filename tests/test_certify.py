@@ -15,6 +15,7 @@ from detconf.reports.certify import SUMS, write_sums
 from detconf.reports.verify import verify
 from detconf.revision import plan_digest
 from tests.environments import allow_this_machines_plugins, as_a_whole_plan_run
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A small real run: the flag API's and the notes' debug-mode entries on CPU; one of them is a
@@ -65,7 +66,7 @@ def package(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("certify")
     results = folder / "results.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", *RUN,
+    out = warm.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", *RUN,
                           "--results", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stdout[-3000:]
     lines = [json.loads(line) for line in results.read_text().splitlines()]
@@ -379,7 +380,7 @@ def _run_with_plugin(tmp_path: Path, name: str, code: str, *args: str) -> tuple[
     results = tmp_path / "r.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update(PYTEST_ADDOPTS=f"-p {name}", PYTHONPATH=str(tmp_path))
-    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "--device",
+    out = warm.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "--device",
                           "cpu", "-n", "0", "--no-report-build", *args, "--results", str(results)], cwd=ROOT,
                          capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
@@ -627,7 +628,7 @@ def test_the_fresh_process_plans_what_an_honest_run_planned(tmp_path):
 
     results = tmp_path / "r.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "--source",
+    out = warm.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "--source",
                           "flag-api", "--device", "cpu", "--mode", "error", "-n", "0", "--no-report-build",
                           "--results", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]

@@ -19,6 +19,7 @@ from detconf.conformance.complements import KWARG_DOMAINS
 from detconf.conformance.plan import Case
 from detconf.engine import docspec
 from detconf.engine.entry import CatalogError, Entry
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 SCATTER = "torch.Tensor.scatter_reduce"
@@ -167,7 +168,7 @@ def test_a_judged_cell_names_the_contradiction(tmp_path):
     """The 2.15 promises judged on this machine's CPU (``--doc-version 2.15.0``): every
     scatter_reduce cell says which entry contradicts it."""
     results = tmp_path / "r.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-k",
+    proc = warm.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-k",
                            "scatter_reduce", "--doc-version", "2.15.0", "--device", "cpu", "--mode", "error",
                            "--source", "torch-docs", "--hypothesis-profile", "ci", "--results", str(results),
                            "--fresh-results", "--no-report-build"], cwd=ROOT, capture_output=True, text=True,

@@ -4,13 +4,13 @@ word is explained there, and every command-line option the pages name exists."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from detconf import vocabulary
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -90,7 +90,7 @@ def _known_options() -> set[str]:
     helps = [[sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
              [sys.executable, "-m", "pip", "install", "--help"], [sys.executable, "-m", "pip", "download", "--help"]]
     for command in helps:
-        out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        out = warm.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
         known |= set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", out.stdout))
     for source in [*ROOT.glob("reports/*.py"), *ROOT.glob("detconf/*.py"), *ROOT.glob("benchmarks/*.py"),
                    *ROOT.glob("scripts/*.py"), *ROOT.glob("scripts/*.sh")]:

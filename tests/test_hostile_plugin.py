@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shlex
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "conformance" / "data"
@@ -42,9 +42,7 @@ def _env(extra: dict | None = None) -> dict:
 def run_pytest(*args: str, cwd: Path = ROOT, env: dict | None = None, cache: bool = False, timeout: int = 240,
                fsize: int | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "pytest", "conformance", "-q", *([] if cache else ["-p", "no:cacheprovider"]), *args]
-    limit = (lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))) if fsize else None
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=_env(env),
-                          preexec_fn=limit)
+    return warm.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=_env(env), fsize=fsize)
 
 
 def assert_usage_error(out: subprocess.CompletedProcess, needle: str) -> str:

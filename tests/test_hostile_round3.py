@@ -24,6 +24,7 @@ from tests.test_hostile_plugin import (
 from tests.test_hostile_reports import (
     assert_one_line_error, call, child, end_record, good_file, lines, result, run_record,
 )
+from tests import warm
 
 #: Two quick flag-API cases (error, warn_only), as the hostile file's ``$P -k are_deterministic``.
 FLAG = ["--source", "flag-api", "--device", "cpu", "--hypothesis-profile", "ci", "-p", "no:randomly", "-n", "0"]
@@ -153,7 +154,7 @@ def test_RP_dev_stdout_to_file(path, report, tmp_path):
     cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", *TWO,
            *([] if report else ["--no-report-build"]), "--results", path]
     with open(log, "w") as f:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.PIPE, text=True, timeout=120, env=_env())
+        proc = warm.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.PIPE, text=True, timeout=120, env=_env())
     out = subprocess.CompletedProcess(cmd, proc.returncode, log.read_text(), proc.stderr)
     assert_usage_error(out, f"--results {path} names a standard stream or a process's file")
 
@@ -164,7 +165,7 @@ def test_RP_results_is_the_runs_own_log(tmp_path):
     cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", *TWO,
            "--results", str(log)]
     with open(log, "w") as f:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.PIPE, text=True, timeout=120, env=_env())
+        proc = warm.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.PIPE, text=True, timeout=120, env=_env())
     out = subprocess.CompletedProcess(cmd, proc.returncode, log.read_text(), proc.stderr)
     assert_usage_error(out, f"--results {log} is this run's standard output")
 

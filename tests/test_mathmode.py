@@ -2,7 +2,6 @@
 as the precision torch's kernels use (engine.mathmode)."""
 import json
 import os
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -13,6 +12,7 @@ import torch
 from detconf.engine import mathmode
 from detconf.engine.determinism import _flags_unfrozen, preserved_global_state
 from detconf.engine.mathmode import capture, describe, float32_precision, restore, unit_roundoff
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 #: torch.backends.*.fp32_precision (2.13 has it; older releases such as 2.5.1 have the legacy flags only).
@@ -357,7 +357,7 @@ def test_the_run_record_shows_each_devices_math_mode(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
     results = tmp_path / "r.jsonl"
-    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q",
+    out = warm.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q",
                           "-p", "medium_plugin", "--device", "cpu", "--source", "flag-api", "--mode", "error",
                           "-n", "0", "--no-report-build", "-k", "debug_mode", "--results", str(results)],
                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)

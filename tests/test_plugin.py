@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBSET = "put_ or index_copy or MaxUnpool1d"
@@ -17,7 +18,7 @@ def pytest_run(*args, env=None, timeout=300):
     # variables must not leak into the inner pytest.
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     full_env.update(env or {})
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=full_env)
+    return warm.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
 def read_rows(path):
@@ -212,7 +213,7 @@ def test_the_openmp_wait_policy_is_the_users_and_recorded(tmp_path, given, recor
     if given is not None:
         env["OMP_WAIT_POLICY"] = given
     results = tmp_path / "r.jsonl"
-    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider",
+    out = warm.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider",
                           "--source", "torch-docs", "--device", "cpu", "--mode", "error", "-n", "0", "-k", "histc",
                           "--no-report-build", "--results", str(results)],
                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
@@ -261,7 +262,7 @@ def test_a_killed_run_keeps_every_row_written_before_it_without_an_fsync_per_row
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
     results = tmp_path / "r.jsonl"
-    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-p", "kill_probe",
+    out = warm.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-p", "kill_probe",
                           "--source", "torch-docs", "--device", "cpu", "--mode", "error", "-n", "0",
                           "-k", "put_ or index_copy or histc", "--no-report-build", "--results", str(results)],
                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)

@@ -12,13 +12,14 @@ from types import SimpleNamespace
 import pytest
 
 from detconf.conformance.shard import ShardError, parse_shard, select, shard_group, shard_of
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _pytest(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    return subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", *args],
+    return warm.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
 
 

@@ -12,6 +12,7 @@ import pytest
 from detconf.reports import standby
 from detconf.reports.build import build
 from detconf.reports.summary import summary_lines
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "reports" / "published" / "torch-2.13.0" / "cpu" / "results.jsonl"
@@ -112,7 +113,7 @@ def _run(tmp_path: Path, *args: str, kill: bool = False) -> tuple[subprocess.Com
     cmd = [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "-p", "standby_probe",
            "--source", "torch-docs", "--device", "cpu", "--mode", "error", "-n", "0", "-k", SUBSET,
            "--results", str(tmp_path / "out" / "results.jsonl"), *args]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    out = warm.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     import ast
 
     return out, ast.literal_eval(seen.read_text(encoding="utf-8"))
@@ -152,7 +153,7 @@ def test_no_standby_where_nothing_will_be_built(tmp_path, option, standby):
         f"    open({str(probe)!r}, 'w').write(repr(w.standby is not None if w else None))\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTHONPATH"] = str(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "-p", "noprobe",
+    out = warm.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "-p", "noprobe",
                           "--source", "torch-docs", "--device", "cpu", "--mode", "error", "-n", "0", "-k", "put_",
                           "--results", str(tmp_path / "r.jsonl"), option],
                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)

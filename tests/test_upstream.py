@@ -24,6 +24,7 @@ from detconf.conformance.findings import Finding, load_findings
 from detconf.engine import runner, strategies
 from detconf.findings_rule import torch_in
 from detconf.reports import upstream
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -120,7 +121,7 @@ def reproduced(tmp_path_factory):
                            ("--compile", {_cell(f)[1] for f in findings})):
         for value in sorted(values):
             cmd += [option, value]
-    suite = subprocess.run(cmd + sorted({_nodeid(f) for f in findings}), cwd=ROOT, capture_output=True, text=True,
+    suite = warm.run(cmd + sorted({_nodeid(f) for f in findings}), cwd=ROOT, capture_output=True, text=True,
                            timeout=1800)
     assert suite.returncode == 0, suite.stdout[-3000:] + suite.stderr[-2000:]
     rows = upstream.read_rows(upstream._records(results), results)
@@ -257,7 +258,7 @@ def sweep_rows(tmp_path_factory) -> dict[str, dict]:
     """The rows of two real sweep cells: empty_like with the mode off (its runs read memory nobody
     wrote: they differ) and index_add's backward sample under the mode (deterministic)."""
     results = tmp_path_factory.mktemp("sweep") / "results.jsonl"
-    suite = subprocess.run(
+    suite = warm.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "--hypothesis-profile", "ci",
          "--device", "cpu", "--no-report-build", "--fresh-results", "--results", str(results), "--source", "sweep",
          "--mode", "error", "--mode", "off", *(f"conformance/test_documented.py::test_documented[{c}]" for c in SWEEP_CELLS)],

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests import warm
 
 ROOT = Path(__file__).resolve().parent.parent
 DIST = Path(__file__).resolve().parent / "vendor_backend"
@@ -53,7 +54,7 @@ def run_suite(target: Path, tmp_path: Path, *args: str, env: dict | None = None)
     results = tmp_path / "results.jsonl"
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     environ.update(PYTHONPATH=str(target), **(env or {}))
-    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider",
+    out = warm.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider",
                           "--hypothesis-profile", "ci", "--results", str(results), "--no-report-build", *args],
                          cwd=ROOT, env=environ, capture_output=True, text=True, timeout=600)
     rows = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []

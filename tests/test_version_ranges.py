@@ -25,6 +25,7 @@ from detconf.conformance.catalog import TORCH_DOCS, data_file, doc_versions, loa
 from detconf.conformance.plan import Case, not_applicable, plan
 from detconf.engine.entry import CatalogError, Entry
 from tests.environments import allow_this_machines_plugins, as_a_whole_plan_run
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 CUBLAS_SENTENCE = "will be raised from these operations when called with CUDA tensors"
@@ -172,7 +173,7 @@ def test_a_raise_is_not_documented_elsewhere_by_an_entry_that_does_not_apply():
 def _run(tmp_path, *args) -> tuple[subprocess.CompletedProcess, Path]:
     results = tmp_path / "results.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    out = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q",
+    out = warm.run([sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q",
                           "--source", "repro-notes", "--device", "cpu", "--hypothesis-profile", "ci", "-n", "0",
                           "--no-report-build", "--results", str(results), *args],
                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)

@@ -18,6 +18,8 @@ which CPU BLAS kernels change their blocking), the others drawn from it. The com
 """
 from __future__ import annotations
 
+import functools
+
 from typing import Any
 
 import torch
@@ -60,11 +62,17 @@ def judge(op_id: str, cell: bi.Cell, *, setting: str, compile_setting: str, prom
     )
 
 
+@functools.lru_cache(maxsize=1)
+def _promise() -> "bi.Promise":
+    """The promise of the suite's data file, read and checked once per process (not per example)."""
+    return bi.load_promise()
+
+
 def _check_for(op_id: str):
     def batch_invariant(draw, entry, device: torch.device, mode: str, compiler: Any = None) -> CheckObservation:
         seed = draw(st.integers(0, 2**30 - 1), label="data seed")
         ex = bi.examples(STREAM, seed=seed)[draw(st.integers(0, STREAM - 1), label="example")]
-        promise = bi.load_promise()
+        promise = _promise()
         compile_setting = compiler.setting if compiler is not None else "eager"
         setting = setting_for(mode, compile_setting, promise, torch.__version__)
         with preserved_global_state():
