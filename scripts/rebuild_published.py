@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import json
 import os
 import shutil
 import subprocess
@@ -90,12 +91,31 @@ TABLES: dict[str, list[tuple[str, list[str], str | None]]] = {
     ],
 }
 
-#: Runs ``python -m detconf.reports ARGS`` with the ``reports`` (and ``detconf``) of TREE, from this
-#: checkout's root (``-m`` would put the working folder first on the path). A tree from before
-#: the packages became detconf's subpackages imports its reports by their old top-level name.
-_LAUNCH = ("import sys; sys.path[0] = sys.argv.pop(1); package = sys.argv.pop(1)\n"
-           "main = __import__(package + '.__main__', fromlist=['main']).main\n"
-           "sys.exit(main(sys.argv[1:]))\n")
+#: A launcher for TREE's reports (and detconf), run from this checkout's root (``-m`` would put
+#: the working folder first on the path; a tree from before the packages became detconf's
+#: subpackages imports its reports by their old top-level name). It imports the command modules
+#: once, then for each JSON line on its standard input (``{"argv": [...], "out": PATH, "err":
+#: PATH}``) forks a child that runs ``main(argv)`` with its standard output and error in those
+#: files and exits as ``python -m`` would, and answers ``{"code": N}`` (N < 0: killed by signal
+#: -N). Each command still runs in a process of its own; only the imports (pandas, pyarrow,
+#: matplotlib: most of a small table's time) are made once. Standard input closed: it exits.
+_SERVE = ("import sys, os, json, importlib; sys.path[0] = sys.argv.pop(1); package = sys.argv.pop(1)\n"
+          "main = importlib.import_module(package + '.__main__').main\n"
+          "for kind in sys.argv[1:]:\n"
+          "    importlib.import_module(package + '.' + kind)\n"
+          "for line in sys.stdin:\n"
+          "    request = json.loads(line)\n"
+          "    sys.stdout.flush(); sys.stderr.flush()\n"
+          "    pid = os.fork()\n"
+          "    if pid == 0:\n"
+          "        for fd, path in ((1, request['out']), (2, request['err'])):\n"
+          "            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)\n"
+          "            os.dup2(target, fd); os.close(target)\n"
+          "        sys.argv = ['-c', *request['argv']]\n"
+          "        sys.exit(main(request['argv']))\n"
+          "    _, status = os.waitpid(pid, 0)\n"
+          "    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)\n"
+          "    print(json.dumps({'code': code}), flush=True)\n")
 
 
 def _reports_package(tree: Path) -> str:
@@ -108,25 +128,45 @@ def _reports_package(tree: Path) -> str:
 def rebuild(tree: Path, out: Path, python: str = sys.executable) -> dict[str, float]:
     """Every table into ``out/<table>/`` with the reports of ``tree``; returns seconds per table."""
     seconds = {}
-    for table, commands in TABLES.items():
-        folder = out / table
-        (folder / "_stdout").mkdir(parents=True, exist_ok=True)
-        start = time.perf_counter()
-        for n, (kind, args, published_as) in enumerate(commands):
-            if not (tree / "reports" / f"{kind}.py").is_file():  # a checkout from before the command
-                print(f"{table}: {kind}: not in {tree}, skipped")
-                continue
-            argv = [python, "-c", _LAUNCH, str(tree), _reports_package(tree), kind, *[str(folder) if a == "OUT" else a for a in args]]
-            proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
-            if proc.returncode not in (0, 1) or (proc.returncode == 1 and kind not in ("diff", "verify")):
-                sys.exit(f"rebuild_published: {table}: {kind} exited {proc.returncode}: "
-                         f"{proc.stderr.strip().splitlines()[-1:] or ''}")
-            shown = proc.stdout.replace(str(folder), "OUT")  # the folder's own name differs per rebuild
-            (folder / "_stdout" / f"{n}-{kind}.txt").write_text(shown, encoding="utf-8")
-            if published_as:
-                (folder / published_as).write_text(proc.stdout, encoding="utf-8")
-        seconds[table] = time.perf_counter() - start
+    kinds = sorted({kind for commands in TABLES.values() for kind, _, _ in commands
+                    if (tree / "reports" / f"{kind}.py").is_file()})
+    launcher = subprocess.Popen([python, "-c", _SERVE, str(tree), _reports_package(tree), *kinds], cwd=ROOT,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix="rebuild-streams-") as streams:
+            for table, commands in TABLES.items():
+                folder = out / table
+                (folder / "_stdout").mkdir(parents=True, exist_ok=True)
+                start = time.perf_counter()
+                for n, (kind, args, published_as) in enumerate(commands):
+                    if kind not in kinds:  # a checkout from before the command
+                        print(f"{table}: {kind}: not in {tree}, skipped")
+                        continue
+                    argv = [kind, *[str(folder) if a == "OUT" else a for a in args]]
+                    code, stdout, stderr = _launch(launcher, argv, Path(streams))
+                    if code not in (0, 1) or (code == 1 and kind not in ("diff", "verify")):
+                        sys.exit(f"rebuild_published: {table}: {kind} exited {code}: "
+                                 f"{stderr.strip().splitlines()[-1:] or ''}")
+                    shown = stdout.replace(str(folder), "OUT")  # the folder's own name differs per rebuild
+                    (folder / "_stdout" / f"{n}-{kind}.txt").write_text(shown, encoding="utf-8")
+                    if published_as:
+                        (folder / published_as).write_text(stdout, encoding="utf-8")
+                seconds[table] = time.perf_counter() - start
+    finally:
+        launcher.stdin.close()
+        launcher.wait()
     return seconds
+
+
+def _launch(launcher: subprocess.Popen, argv: list[str], streams: Path) -> tuple[int, str, str]:
+    """Run ``python -m detconf.reports ARGV`` as a child of ``launcher``: (exit status, stdout, stderr)."""
+    out, err = streams / "out", streams / "err"
+    launcher.stdin.write(json.dumps({"argv": argv, "out": str(out), "err": str(err)}) + "\n")
+    launcher.stdin.flush()
+    reply = launcher.stdout.readline()
+    if not reply:
+        sys.exit(f"rebuild_published: the launcher of {argv[0]} ended (exit status {launcher.wait()})")
+    return json.loads(reply)["code"], out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8")
 
 
 def _files(folder: Path) -> set[str]:

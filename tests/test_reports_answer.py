@@ -347,3 +347,33 @@ def test_markdown_tables_are_the_same_with_or_without_wcwidth(monkeypatch):
     assert tabulate.tabulate(rows, headers=headers, tablefmt="github") != plain  # the difference is real
     assert safe.markdown_table(rows, headers) == plain
     assert tabulate.WIDE_CHARS_MODE is True  # put back
+
+
+def test_the_rebuild_keeps_each_commands_exit_status_output_and_refusal(tmp_path, monkeypatch):
+    """scripts/rebuild_published.py runs every command as a child of one launcher (the imports made
+    once): a command's output is its own, ``diff`` may exit 1, and any other failure stops the
+    rebuild naming the table, the command and its status."""
+    import importlib.util
+    from pathlib import Path
+
+    from tests.test_hostile_reports import good_file
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("rebuild_published_under_test", root / "scripts" / "rebuild_published.py")
+    rp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rp)
+    good = good_file(tmp_path)
+    worse = tmp_path / "worse.jsonl"
+    worse.write_text(good.read_text().replace('"verdict": "conforms"', '"verdict": "nondeterministic"', 1))
+    monkeypatch.setattr(rp, "TABLES", {"t": [("diff", [str(good), str(good)], "same.txt"),
+                                             ("diff", [str(good), str(worse)], "worse.txt")]})
+    rp.rebuild(root, tmp_path / "out")
+    same, regressed = (tmp_path / "out" / "t" / "same.txt").read_text(), (tmp_path / "out" / "t" / "worse.txt").read_text()
+    assert same.splitlines()[-2:] == ["no differences", "no regression"], same
+    assert "no regression" not in regressed and "regress" in regressed.lower(), regressed
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("GARBAGE{{{\n")
+    monkeypatch.setattr(rp, "TABLES", {"t": [("build", [str(bad), "--out", "OUT"], None)]})
+    with pytest.raises(SystemExit) as stopped:
+        rp.rebuild(root, tmp_path / "out2")
+    assert "t: build exited 2" in str(stopped.value) and "bad.jsonl:1" in str(stopped.value), stopped.value
