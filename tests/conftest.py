@@ -49,3 +49,18 @@ def _no_state_leaks(request):
         torch.set_flush_denormal(False)  # named below; the next test starts as this one did
     if changed:
         pytest.fail(f"{request.node.nodeid} left global state changed: " + "; ".join(changed), pytrace=False)
+
+
+#: The modules that hold the harness's longest tests, longest first (2-core sandbox, 2026-11-27:
+#: a suite run of every CPU known finding with a script each, 103 s; the published tables' rebuild,
+#: 40 s; the GPU session's signal tests, 18 s; ...). Under xdist they start first, so that the short
+#: tests fill in beside them, instead of one of them starting last while the other worker idles.
+LONGEST_FIRST = ("test_upstream.py", "test_reports_answer.py", "test_hostile_round4_gpu.py", "test_plugin.py",
+                 "test_gpu_semantics.py", "test_sweep.py", "test_gpu_runner.py", "test_compiled.py",
+                 "test_install.py", "test_vendor_backend.py", "test_browser.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before --lf/--ff put the failures first
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module keeps its order
