@@ -25,6 +25,7 @@ _seen = {
     "fsize": resource.getrlimit(resource.RLIMIT_FSIZE)[0],
     "repository_modules": sorted(m for m in sys.modules if m.split(".")[0] in ("detconf", "tests", "conformance")),
     "orig_argv_tail": sys.orig_argv[1:3],
+    "path": [p.replace(os.environ["PROBE_DIR"], "<probe>") for p in sys.path],
 }
 def pytest_sessionfinish(session):
     import hypothesis.configuration as hc
@@ -59,7 +60,11 @@ def _same_run(out: subprocess.CompletedProcess, results: Path) -> tuple:
     [run] = runs_in(results)
     verdicts = sorted((r["entry_id"], r["mode"], r["verdict"], r["observed"]) for r in run["rows"])
     summary = [line for line in out.stdout.splitlines() if line.startswith(("verdicts:", "cpu/", "detconf: "))]
-    return out.returncode, verdicts, summary, run["end"]["outcome"], out.stderr
+    # Where Triton is installed (CUDA builds of torch 2.15), its nanobind modules report at exit the
+    # objects the run froze as leaked, with their addresses: the same report in both, other numbers.
+    stderr = [line for line in out.stderr.splitlines()
+              if not line.startswith(("nanobind: ", " - leaked ", " - ... skipped", "See https://nanobind"))]
+    return out.returncode, verdicts, summary, run["end"]["outcome"], stderr
 
 
 @pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
@@ -116,15 +121,23 @@ def test_a_command_whose_imports_could_differ_runs_cold(tmp_path, plant):
         (folder / "vendor_backend-1.0.dist-info").mkdir()
     elif plant == "pth":
         (folder / "extra.pth").write_text(str(tmp_path))
-    else:
-        (folder / "pandas.py").write_text("")
+    else:  # a name the server's imports looked for and did not find (which names depends on the torch)
+        import importlib.util
+
+        sought = warm._server_for(warm.base_env()).sought()
+        missing = sorted(n for n in sought if n.isidentifier() and not n.startswith("_") and n not in sys.modules
+                         and importlib.util.find_spec(n) is None)
+        assert missing, "the server's imports looked for no module they did not find"
+        (folder / f"{missing[0]}.py").write_text("")
     cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "--collect-only", *TWO]
     before = dict(warm.stats)
     control = warm.run(cmd, env=_env({"PYTHONPATH": str(tmp_path / "empty")}), timeout=240, capture_output=True)
     assert warm.stats["warm"] == before["warm"] + 1, "the control runs warm"
     planted = warm.run(cmd, env=_env(extra), timeout=240, capture_output=True)
     assert warm.stats["cold"] == before["cold"] + 1, f"{plant}: ran warm"
-    assert control.returncode == planted.returncode == 0, planted.stdout[-2000:] + planted.stderr[-2000:]
+    assert control.returncode == 0, control.stdout[-2000:] + control.stderr[-2000:]
+    if plant != "sought-module":  # an empty stand-in for an optional module may well break torch's import
+        assert planted.returncode == 0, planted.stdout[-2000:] + planted.stderr[-2000:]
 
 
 def test_cold_mode_runs_every_command_as_given(tmp_path):

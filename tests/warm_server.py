@@ -63,7 +63,15 @@ def _preload() -> tuple[list, list[str]]:
     try:
         import numpy  # noqa: F401
         import torch  # noqa: F401
-        import torch._inductor.config  # noqa: F401  (use_deterministic_algorithms imports it)
+        import importlib.util
+
+        # use_deterministic_algorithms imports Inductor's configuration, which imports Triton
+        # where it is installed (CUDA builds): not here then, for Triton's nanobind modules report
+        # every object still alive at exit as leaked (hundreds of lines on stderr), and frozen
+        # objects stay alive; a fresh run that stops before torch is imported (a usage error)
+        # prints none of that.
+        if importlib.util.find_spec("triton") is None:
+            import torch._inductor.config  # noqa: F401
         import hypothesis  # noqa: F401
         import pytest  # noqa: F401
     finally:
