@@ -101,17 +101,6 @@ class _Server:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start(env: dict | None = None) -> None:
-    """Start the server for ``env`` (default :func:`base_env`) in the background, unless running cold."""
-    if os.environ.get("DETCONF_TESTS_COLD") == "1":
-        return
-    env = base_env() if env is None else env
-    with _lock:
-        key = _fingerprint(env)
-        if key not in _servers and key not in _refused:
-            _servers[key] = _Server(env)
-
-
 @atexit.register
 def stop_all() -> None:
     for server in list(_servers.values()):
@@ -155,12 +144,6 @@ def _path_is_neutral(server: _Server, env: dict) -> bool:
             if name.split(".")[0] in server.sought():
                 return False
     return True
-
-
-def _fileno(stream) -> int | None:
-    if stream in (None, subprocess.PIPE, subprocess.DEVNULL, subprocess.STDOUT):
-        return None
-    return stream if isinstance(stream, int) else stream.fileno()
 
 
 def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None = None, stdout=subprocess.PIPE,
@@ -219,7 +202,9 @@ def _forked(server: _Server, cmd, cwd, env, timeout, stdout, stderr, text, fsize
             fd = os.open(os.devnull, os.O_WRONLY)
             opened.append(fd)
             return fd
-        return _fileno(stream) if stream is not None else (1 if name == "stdout" else 2)
+        if stream is None:  # inherited, as subprocess.run leaves it
+            return 1 if name == "stdout" else 2
+        return stream if isinstance(stream, int) else stream.fileno()
 
     stdin = os.open(os.devnull, os.O_RDONLY)
     opened.append(stdin)
