@@ -54,8 +54,8 @@ def waivable():
 
 
 def _reports(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "detconf.reports", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    return warm.run([sys.executable, "-m", "detconf.reports", *args], cwd=ROOT, capture_output=True, text=True,
+                    timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ import pytest
 from detconf.reports import __main__ as cli
 from detconf.reports import load as load_mod
 from detconf.reports.lines import MAX_DEPTH, MAX_LINE_BYTES
+from tests import warm
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -90,8 +91,8 @@ def call(argv, capsys):
 
 
 def child(argv, stdout=subprocess.PIPE):
-    return subprocess.run([sys.executable, "-m", "detconf.reports", *map(str, argv)], cwd=REPO, stdout=stdout,
-                          stderr=subprocess.PIPE, text=True, timeout=300)
+    return warm.run([sys.executable, "-m", "detconf.reports", *map(str, argv)], cwd=REPO, stdout=stdout,
+                    stderr=subprocess.PIPE, text=True, timeout=300)
 
 
 def assert_one_line_error(code, err: str, *needles: str):

@@ -14,6 +14,7 @@ import pytest
 from detconf.reports.build import build
 from detconf.reports.diff import main as diff_main
 from detconf.reports.load import ResultsError, load
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRIES = [{"source": "torch-docs", "doc_version": None, "entry_id": f"op{k}", "op": f"torch.op{k}",
@@ -51,8 +52,8 @@ ALL = [_case(k, m) for k in range(3) for m in ("error", "warn_only")]
 
 
 def _reports(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "detconf.reports", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    return warm.run([sys.executable, "-m", "detconf.reports", *args], cwd=ROOT, capture_output=True, text=True,
+                    timeout=120)
 
 
 def test_a_planned_case_without_a_row_is_missing_and_failing(tmp_path):

@@ -21,6 +21,7 @@ from detconf.reports.load import load
 from detconf.reports.matrix import NOT_RUN_MARK, Matrix, png_selection
 from detconf.reports.records import PASSING, VERDICTS, ResultsError
 from detconf.reports.summary import summary_lines
+from tests import warm
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -78,8 +79,8 @@ def small_run(tmp_path: Path, name="results.jsonl") -> Path:
 
 
 def run_cli(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "detconf.reports", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return warm.run([sys.executable, "-m", "detconf.reports", *map(str, args)], cwd=cwd,
+                    capture_output=True, text=True, timeout=120)
 
 
 # ----------------------------------------------------------------------------- build

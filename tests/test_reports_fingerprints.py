@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from detconf.reports.fingerprints import main
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "fingerprints"
@@ -151,8 +152,8 @@ def test_without_out_the_markdown_goes_to_standard_output(capsys):
 ])
 def test_bad_input_is_one_line_and_exit_status_2(tmp_path, make, needle):
     bad = make(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "detconf.reports", "fingerprints", str(H100), str(bad), "--out",
-                          str(tmp_path / "fp")], cwd=ROOT, capture_output=True, text=True)
+    out = warm.run([sys.executable, "-m", "detconf.reports", "fingerprints", str(H100), str(bad), "--out",
+                    str(tmp_path / "fp")], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2, out.stdout + out.stderr
     assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith("reports: error: "), out.stderr
     assert needle in out.stderr

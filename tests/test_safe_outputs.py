@@ -3,7 +3,6 @@ in terminal output — checked through the real writers with hostile entry ids."
 import csv
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pandas as pd
 import pytest
 
 from detconf.reports.safe import csv_cell, md_cell, terminal
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ["=HYPERLINK(\"http://x\",\"y\")", "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A2)", "\tx", "\rx",
@@ -48,8 +48,8 @@ def _results(tmp_path, ids, mode="error"):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "detconf.reports", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    return warm.run([sys.executable, "-m", "detconf.reports", *map(str, args)], cwd=ROOT, capture_output=True,
+                    text=True, timeout=120)
 
 
 def test_published_outputs_of_hostile_ids_are_safe(tmp_path):

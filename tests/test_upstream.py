@@ -2,16 +2,19 @@
 torch, and an issue text.
 
 The end-to-end test runs the suite on the cells of every known finding recorded for the CPU and
-the installed torch, writes their scripts, and runs each in a fresh interpreter (``python3 -I``,
-from an empty folder, so detconf cannot be imported): the script's own verdict must be the
-finding's. The planted rows show that check failing where the script sees something else.
+the installed torch, writes their scripts, and runs each isolated (``python3 -I``, from an empty
+folder, so detconf cannot be imported; forked from an ``-I`` interpreter that imported only the
+torch modules the script imports itself, see ``_run_script``): the script's own verdict must be
+the finding's. The planted rows show that check failing where the script sees something else.
 """
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -30,22 +33,58 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "detconf.reports", "upstream", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    return warm.run([sys.executable, "-m", "detconf.reports", "upstream", *args], cwd=cwd,
+                    capture_output=True, text=True, timeout=300)
 
 
 def _run_script(path: Path, cwd: Path) -> dict:
-    """Run ``path`` isolated (no detconf, no PYTHONPATH, no user site) and return its RESULT."""
+    """Run ``path`` isolated (no detconf, no PYTHONPATH, no user site) and return its RESULT.
+
+    It is forked from an ``-I`` interpreter that imported only the torch modules the script
+    imports itself whatever it does (``tests/warm.py``): those of its opening imports, and where it
+    compiles those ``torch.compile`` imports (Dynamo and Inductor's configuration, and Inductor's
+    compiler for that backend)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     # Inductor compiles in the script's own process: no pool of compile workers, each importing
     # torch, beside the two scripts that run at once (the compiled code is the same).
     env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
-    proc = subprocess.run([sys.executable, "-I", str(path)], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = warm.run([sys.executable, "-I", str(path)], cwd=cwd, env=env, capture_output=True, text=True,
+                    timeout=600, imports=_script_imports(path.read_text(encoding="utf-8")))
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     assert line, proc.stdout[-2000:]
     return json.loads(line[-1][len("RESULT "):])
+
+
+def _script_imports(text: str) -> tuple[str, ...]:
+    """The torch modules a script imports whatever it does: those its opening import statements
+    name, then, where its ``COMPILE`` names a backend, what ``torch.compile`` imports for it."""
+    names: list[str] = []
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and not names:
+            continue  # the docstring
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+        else:
+            break
+    names = [n for n in names if n.split(".")[0] == "torch"]
+    backend = re.search(r"^COMPILE = '(\w+)'", text, re.M)
+    if backend:
+        names += ["torch._dynamo", "torch._inductor.config"]
+        names += ["torch._inductor.compile_fx"] if backend.group(1) == "inductor" else []
+    return tuple(names)
+
+
+def test_a_script_names_the_torch_modules_it_imports_first():
+    text = '"""doc"""\nimport json\nimport torch\nimport torch.nn.functional as F\nfrom torch.testing._internal.x import y\n'
+    assert _script_imports(text + "x = 1\nimport torch._dynamo\n") == ("torch", "torch.nn.functional",
+                                                                       "torch.testing._internal.x")
+    assert _script_imports(text + "COMPILE = 'aot_eager'\n")[-2:] == ("torch._dynamo", "torch._inductor.config")
+    assert _script_imports(text + "COMPILE = 'inductor'\n")[-1] == "torch._inductor.compile_fx"
+    assert _script_imports(text + "COMPILE = None\n")[-1] == "torch.testing._internal.x"
+    assert _script_imports('import json\n') == ()
 
 
 # -- the inputs a script builds are the suite's --------------------------------------------
@@ -115,7 +154,7 @@ def reproduced(tmp_path_factory):
         pytest.skip(f"no known finding is recorded for the CPU and torch {torch.__version__}")
     tmp = tmp_path_factory.mktemp("upstream")
     results = tmp / "results.jsonl"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--hypothesis-profile", "ci",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "--hypothesis-profile", "ci",
            "--device", "cpu", "--no-report-build", "--fresh-results", "--results", str(results)]
     for option, values in (("--source", {f.source for f in findings}), ("--mode", {_cell(f)[0] for f in findings}),
                            ("--compile", {_cell(f)[1] for f in findings})):
@@ -163,7 +202,7 @@ def _disagreement(finding: Finding, row: dict, result: dict) -> str | None:
     return None
 
 
-def test_every_cpu_finding_reproduces_in_a_fresh_interpreter_without_detconf(reproduced):
+def test_every_cpu_finding_reproduces_in_an_isolated_interpreter_without_detconf(reproduced):
     """One test for all of them: the suite run and the scripts are made once (a parametrized test
     would build the module's fixture once per xdist worker that draws one of its cases)."""
     assert len(reproduced) == len(_cpu_findings())
@@ -268,7 +307,7 @@ def sweep_rows(tmp_path_factory) -> dict[str, dict]:
     return {f"{r['entry_id']}-{r['mode']}": r for r in rows}
 
 
-def test_a_sweep_cell_reproduces_from_torchs_opinfo_database_in_a_fresh_interpreter(sweep_rows, tmp_path):
+def test_a_sweep_cell_reproduces_from_torchs_opinfo_database_in_an_isolated_interpreter(sweep_rows, tmp_path):
     """Both scripts run with ``python3 -I`` from an empty folder (no detconf), generate the same
     input bytes in every run, and see what the suite saw: empty_like's runs differ, index_add's
     forward and backward are identical."""

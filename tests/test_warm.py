@@ -150,3 +150,135 @@ def test_cold_mode_runs_every_command_as_given(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env=_env())
     assert out.stdout.split() == ["0", "1", "0", "True"], out.stdout + out.stderr
+
+
+# -- the other flavours: python -m detconf.reports, python -I SCRIPT ---------------------------------
+
+SEEN = '''
+import importlib.util, json, os, sys, warnings
+print(json.dumps({
+    "argv": sys.argv[1:], "argv0": os.path.basename(sys.argv[0]), "path0": sys.path[0], "cwd": os.getcwd(),
+    "orig_argv_tail": sys.orig_argv[1:], "isolated": sys.flags.isolated, "marker": os.environ.get("WARM_MARKER"),
+    "path": sys.path[1:], "torch": "torch" in sys.modules, "name": __name__,
+    "repository_modules": sorted(m for m in sys.modules if m.split(".")[0] in ("detconf", "tests", "conformance")),
+    "detconf_importable": importlib.util.find_spec("detconf") is not None, "filters": len(warnings.filters),
+}))
+sys.stdout.flush()
+import atexit, threading, time
+atexit.register(lambda: print("atexit ran"))
+def _late():
+    time.sleep(0.3)
+    print("a thread that is not a daemon finished")
+threading.Thread(target=_late).start()
+print("unflushed at exit", end="")
+if "--fail" in sys.argv:
+    raise ValueError("planted")
+if "--message" in sys.argv:
+    sys.exit("planted message")
+sys.exit(int(os.environ.get("PROBE_EXIT", "0")))
+'''
+
+
+def _seen(out: subprocess.CompletedProcess) -> dict:
+    return json.loads(out.stdout.splitlines()[0])
+
+
+@pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
+def test_an_isolated_script_forked_sees_what_a_fresh_one_sees_and_exits_as_it_does(tmp_path):
+    """``python -I SCRIPT``, forked from the ``-I`` server that imported torch: the ``sys.path`` of
+    a fresh ``-I`` run (the script's folder first only before Python 3.11) with nothing of the
+    repository, its argv and ``-I`` flag, its exit status, an uncaught exception's traceback and
+    status 1, ``sys.exit(message)``'s message and status 1, and at the exit (which the child takes
+    without the interpreter's finalization) a thread waited for, ``atexit`` run and the buffered
+    output flushed, as in a fresh interpreter."""
+    folder = tmp_path / "script"
+    folder.mkdir()
+    script = folder / "seen.py"
+    script.write_text("import torch  # what the server was told the script imports\n" + SEEN, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST_"))}
+    answers = {}
+    for how in ("warm", "cold"):
+        before = dict(warm.stats)
+        runs = [warm.run([sys.executable, "-I", str(script), *args], cwd=tmp_path, env=dict(env, WARM_MARKER=how, **extra),
+                         timeout=240, capture_output=True, cold=how == "cold", imports=("torch",))
+                for args, extra in ((["a", "b"], {"PROBE_EXIT": "3"}), (["--fail"], {}), (["--message"], {}))]
+        assert warm.stats[how] == before[how] + 3, how
+        exited, failed, message = runs
+        assert (exited.returncode, failed.returncode, message.returncode) == (3, 1, 1), exited.stderr + failed.stderr
+        assert failed.stderr.strip().splitlines()[-1] == "ValueError: planted", failed.stderr
+        assert message.stderr == "planted message\n", message.stderr
+        for run in runs:  # the exit waits for the thread, runs atexit and flushes what is buffered
+            assert run.stdout.splitlines()[1:] == ["unflushed at exita thread that is not a daemon finished",
+                                                   "atexit ran"], (how, run.stdout)
+        answers[how] = [_seen(run) for run in runs]
+    for how, seen in answers.items():
+        assert [s.pop("marker") for s in seen] == [how, how, how]
+    warm_seen, cold_seen = answers["warm"], answers["cold"]
+    assert warm_seen == cold_seen, (warm_seen, cold_seen)
+    first = warm_seen[0]
+    assert first["isolated"] == 1 and first["name"] == "__main__"
+    assert (first["path0"] == str(folder)) is (sys.version_info < (3, 11))  # 3.11 on, -I implies -P
+    assert first["argv"] == ["a", "b"] and first["orig_argv_tail"] == ["-I", str(script), "a", "b"]
+    assert not first["detconf_importable"] and first["repository_modules"] == []
+
+
+@pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
+@pytest.mark.parametrize("plant", ["sought-module", "no-imports"])
+def test_an_isolated_script_whose_imports_could_differ_runs_cold(tmp_path, plant):
+    """A script whose folder holds a module named like one the ``-I`` server's imports looked
+    for (it comes first on the script's ``sys.path``), or whose caller named no imports: cold. The
+    same script from a folder of plain modules runs warm (the control)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST_"))}
+    plain, planted = tmp_path / "plain", tmp_path / "planted"
+    for folder in (plain, planted):
+        folder.mkdir()
+        (folder / "seen.py").write_text("import torch\n" + SEEN, encoding="utf-8")
+        (folder / "plain_probe.py").write_text("")
+    imports = ("torch",)
+    if plant == "sought-module":
+        before = dict(warm.stats)
+        warm.run([sys.executable, "-I", str(plain / "seen.py")], cwd=tmp_path, env=env, timeout=240,
+                 capture_output=True, imports=imports)
+        assert warm.stats["warm"] == before["warm"] + 1, "the control runs warm"
+        [server] = [s for k, s in warm._servers.items() if k[0] == "isolated" and k[1] == imports]
+        name = sorted(n for n in server.sought() if n.isidentifier() and not n.startswith("_"))[0]
+        (planted / f"{name}.py").write_text("")
+    else:
+        imports = ()
+    before = dict(warm.stats)
+    out = warm.run([sys.executable, "-I", str(planted / "seen.py")], cwd=tmp_path, env=env, timeout=240,
+                   capture_output=True, imports=imports)
+    assert warm.stats["cold"] == before["cold"] + 1, f"{plant}: ran warm"
+    if plant == "no-imports":
+        assert out.returncode == 0 and _seen(out)["argv0"] == "seen.py", out.stderr
+
+
+@pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
+def test_a_forked_reports_command_answers_as_a_fresh_one_without_torch(tmp_path, monkeypatch):
+    """``python -m detconf.reports``, forked from the ``reports`` server (NumPy, pandas, pyarrow):
+    a probe module run the same way sees the argv, ``sys.path``, folder and modules a fresh
+    interpreter gives it (torch not imported, nothing of the repository); and the reports' own
+    one-line error is the fresh one's, with its exit status."""
+    folder = tmp_path / "probe"
+    folder.mkdir()
+    # the reports' modules import these at their top: the probe does too
+    (folder / "warm_seen_probe.py").write_text("import numpy, pandas, pyarrow, pyarrow.compute, pyarrow.json\n" + SEEN,
+                                               encoding="utf-8")
+    monkeypatch.setattr(warm, "REPORTS_MODULES", (*warm.REPORTS_MODULES, "warm_seen_probe"))
+    answers = {}
+    for how in ("warm", "cold"):
+        before = dict(warm.stats)
+        env = _env({"PYTHONPATH": str(folder), "WARM_MARKER": how})
+        probe = warm.run([sys.executable, "-m", "warm_seen_probe", "x"], cwd=tmp_path, env=env, timeout=240,
+                         capture_output=True, cold=how == "cold")
+        bad = warm.run([sys.executable, "-m", "detconf.reports", "build", str(tmp_path / "missing.jsonl"), "--out",
+                        str(tmp_path / how)], cwd=ROOT, env=env, timeout=240, capture_output=True, cold=how == "cold")
+        assert warm.stats[how] == before[how] + 2, how
+        seen = _seen(probe)
+        assert seen.pop("marker") == how and probe.returncode == 0, probe.stderr
+        answers[how] = (seen, bad.returncode, bad.stdout, bad.stderr)
+    assert answers["warm"] == answers["cold"]
+    seen, code, _, err = answers["warm"]
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert seen["torch"] is False and seen["repository_modules"] == [] and seen["path0"] == str(tmp_path)
+    assert seen["argv"] == ["x"] and seen["name"] == "__main__" and str(folder) in seen["path"]

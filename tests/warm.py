@@ -1,4 +1,4 @@
-"""Inner ``python -m pytest`` runs for the harness's tests: forked from a warm interpreter.
+"""Inner runs for the harness's tests: forked from a warm interpreter.
 
 About 200 of the harness's tests run the suite in a new process (``python -m pytest conformance
 ...``) and judge what that process did: its exit status, its output, its results file, what it left
@@ -8,16 +8,29 @@ code runs. :func:`run` gives such a command the same process, minus that wait: a
 once per test process (``tests/warm_server.py``) has imported them, and forks a child that takes
 the command's folder, environment, standard streams and file-size limit and runs ``python -m
 pytest ARGS`` there. The suite, its plugin and every probe plugin a test adds are imported in the
-child, as in a fresh process; the child exits, is killed and writes files as its own process.
+child, as in a fresh process; the child exits, is killed and writes files as its own process. It
+leaves as the interpreter does after ``SystemExit`` (threads waited for, ``atexit`` run, streams
+flushed) but skips the teardown of every module after that (0.3 s of each run on a 2-core machine):
+``warm_server._exit``.
+
+Two more kinds of command are forked the same way, each from a server of its own flavour:
+``python -m detconf.reports ARGS`` (a server that imported NumPy, pandas and pyarrow, not torch)
+and ``python -I SCRIPT ARGS`` (a server started with ``-I`` that imported the modules the caller
+names in ``imports``: those the script imports itself whatever it does, torch and its compiler's
+modules for the ``detconf.reports upstream`` scripts; a server per list; without ``imports`` a
+script runs cold).
 
 A command runs cold (``subprocess.run``, exactly as given) when:
 - ``DETCONF_TESTS_COLD=1`` is set (the whole harness then runs as it did before: a way to check
   that nothing here changes an answer);
-- it is not ``sys.executable -m pytest ...``, or the caller passes ``cold=True``: tests that judge
-  what happens while torch or Dynamo is imported, or the interpreter's start;
+- it is none of those three forms, or the caller passes ``cold=True``: tests that judge what
+  happens while torch or Dynamo is imported, or the interpreter's start;
 - its environment differs from the server's in a variable read while those modules are imported
-  or the interpreter starts (:data:`IMPORT_TIME`), e.g. ``OMP_NUM_THREADS`` or ``PYTHONHASHSEED``;
-- its ``PYTHONPATH`` names a folder that could have changed those imports: one holding installed
+  or the interpreter starts (:data:`IMPORT_TIME`), e.g. ``OMP_NUM_THREADS`` or ``PYTHONHASHSEED``
+  (an ``-I`` server takes the environment of the first script it runs);
+- a folder that comes first on its ``sys.path`` (the command's folder for ``-m``; for ``-I`` the
+  script's, which Python puts first before 3.11 and is checked on every version) or on its
+  ``PYTHONPATH`` could have changed those imports: one holding installed
   distributions (``*.dist-info``, ``*.egg-info``: torch loads its backends' entry points on
   import), ``.pth`` files, or a module or package of a name those imports looked for (found or
   not), as the server recorded them;
@@ -26,6 +39,7 @@ A command runs cold (``subprocess.run``, exactly as given) when:
 from __future__ import annotations
 
 import atexit
+import importlib.machinery
 import json
 import locale
 import os
@@ -67,14 +81,36 @@ def base_env() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "DETCONF_HYPOTHESIS_PROFILE"}
 
 
+#: ``python -m`` modules forked from the ``reports`` server.
+REPORTS_MODULES = ("detconf.reports",)
+#: At most this many ``-I`` servers, one per list of imports and environment their scripts run with.
+ISOLATED_SERVERS = 4
+
+
+def _form(cmd: list) -> tuple[str, dict] | None:
+    """The server flavour and request fields of ``cmd``, or None: not a command a server forks."""
+    if not all(isinstance(c, str) for c in cmd) or len(cmd) < 3 or cmd[0] != sys.executable:
+        return None
+    if cmd[1] == "-m" and cmd[2] == "pytest":
+        return "pytest", {"module": "pytest", "args": list(cmd[3:])}
+    if cmd[1] == "-m" and cmd[2] in REPORTS_MODULES:
+        return "reports", {"module": cmd[2], "args": list(cmd[3:])}
+    if cmd[1] == "-I" and not cmd[2].startswith("-"):
+        return "isolated", {"script": os.path.abspath(cmd[2]), "args": list(cmd[3:])}
+    return None
+
+
 class _Server:
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, flavour: str = "pytest", imports: tuple[str, ...] = ()):
+        self.flavour = flavour
         self.folder = Path(tempfile.mkdtemp(prefix="detconf-warm-"))
         self.socket = self.folder / "s"
         self.log = self.folder / "log"
         self._sought: set[str] | None = None
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, str(SERVER), str(self.socket)], cwd=ROOT, env=env,
+            flags = ["-I"] if flavour == "isolated" else []
+            self.proc = subprocess.Popen([sys.executable, *flags, str(SERVER), str(self.socket), flavour, *imports],
+                                         cwd=ROOT, env=env,
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
 
     def ready(self, wait: float = 180.0) -> str | None:
@@ -108,12 +144,16 @@ def stop_all() -> None:
     _servers.clear()
 
 
-def _server_for(env: dict) -> "_Server | None":
-    key = _fingerprint(env)
+def _server_for(env: dict, flavour: str = "pytest", imports: tuple[str, ...] = ()) -> "_Server | None":
+    key = (flavour, imports, _fingerprint(env))
     with _lock:
         server = _servers.get(key)
-        if server is None and key == _fingerprint(base_env()) and key not in _refused:
-            server = _servers[key] = _Server(env)
+        if flavour == "isolated":
+            allowed = sum(k[0] == flavour for k in _servers) < ISOLATED_SERVERS
+        else:
+            allowed = key[2] == _fingerprint(base_env())
+        if server is None and allowed and key not in _refused:
+            server = _servers[key] = _Server(env, flavour, imports)
     if server is None:
         return None
     why = server.ready()
@@ -128,46 +168,54 @@ def _server_for(env: dict) -> "_Server | None":
     return server
 
 
-def _path_is_neutral(server: _Server, env: dict) -> bool:
-    """Whether no folder of ``env``'s ``PYTHONPATH`` could have changed the server's imports."""
+def _path_is_neutral(server: _Server, env: dict, first: str) -> bool:
+    """Whether no folder of the child's ``sys.path`` before the interpreter's own (``first``, then,
+    but for ``-I``, ``env``'s ``PYTHONPATH``) could have changed the server's imports."""
     own = set(base_env().get("PYTHONPATH", "").split(os.pathsep))
-    for folder in env.get("PYTHONPATH", "").split(os.pathsep):
-        if not folder or folder in own:
+    extra = [] if server.flavour == "isolated" else env.get("PYTHONPATH", "").split(os.pathsep)
+    for folder in [first, *extra]:
+        if not folder or (folder in own and folder != first):
             continue
         try:
-            names = os.listdir(folder)
+            entries = list(os.scandir(folder))
         except OSError:
             continue  # nothing to import there
-        for name in names:
-            if name.endswith((".dist-info", ".egg-info", ".egg-link", ".pth", ".egg")):
+        for entry in entries:
+            if entry.name.endswith((".dist-info", ".egg-info", ".egg-link", ".pth", ".egg")):
                 return False
-            if name.split(".")[0] in server.sought():
+            # a package or namespace folder, or a module file (``pytest.ini`` is neither)
+            importable = entry.is_dir() or entry.name.endswith(tuple(importlib.machinery.all_suffixes()))
+            if importable and entry.name.split(".")[0] in server.sought():
                 return False
     return True
 
 
 def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None = None, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text: bool = True, fsize: int | None = None, cold: bool = False,
-        capture_output: bool = False) -> subprocess.CompletedProcess:
+        capture_output: bool = False, imports: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """``subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, stdout=stdout, stderr=stderr,
     text=text)`` (with ``RLIMIT_FSIZE`` set to ``fsize`` when given), for ``cmd = [sys.executable,
-    "-m", "pytest", *args]``: forked from the warm server where the module's rules allow."""
+    "-m", "pytest", *args]``, ``[sys.executable, "-m", "detconf.reports", *args]`` or
+    ``[sys.executable, "-I", script, *args]`` (with ``imports``, the modules ``script`` imports
+    whatever it does): forked from a warm server where the module's rules allow."""
     if capture_output:
         stdout = stderr = subprocess.PIPE
     env = dict(os.environ if env is None else env)
-    server, why = None, "asked" if cold else "DETCONF_TESTS_COLD=1"
-    if (not cold and os.environ.get("DETCONF_TESTS_COLD") != "1" and list(cmd[:3]) == [sys.executable, "-m", "pytest"]
-            and all(isinstance(c, str) for c in cmd)):
-        server, why = _server_for(env), "environment"
-        if server is not None and not _path_is_neutral(server, env):
-            server, why = None, "PYTHONPATH"
+    server, why, form = None, "asked" if cold else "DETCONF_TESTS_COLD=1", _form(list(cmd))
+    if form is not None and form[0] == "isolated" and not imports:
+        form = None  # nothing named to import first: a fresh interpreter
+    if not cold and os.environ.get("DETCONF_TESTS_COLD") != "1" and form is not None:
+        server, why = _server_for(env, form[0], tuple(imports) if form[0] == "isolated" else ()), "environment"
+        first = os.path.dirname(form[1]["script"]) if "script" in form[1] else os.path.abspath(cwd)
+        if server is not None and not _path_is_neutral(server, env, first):
+            server, why = None, "a folder first on sys.path"
     elif not cold and os.environ.get("DETCONF_TESTS_COLD") != "1":
-        why = "not python -m pytest"
+        why = "not a form a server forks"
     started = time.monotonic()
     try:
         if server is None:
             return _cold(cmd, cwd, env, timeout, stdout, stderr, text, fsize)
-        return _forked(server, cmd, cwd, env, timeout, stdout, stderr, text, fsize)
+        return _forked(server, cmd, form[1], cwd, env, timeout, stdout, stderr, text, fsize)
     finally:
         stats["cold" if server is None else "warm"] += 1
         log = os.environ.get("DETCONF_TESTS_WARM_LOG")
@@ -175,6 +223,7 @@ def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None =
             with open(log, "a", encoding="utf-8") as f:
                 f.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
                                     "warm": server is not None, "why": None if server else why,
+                                    "flavour": form[0] if form else None,
                                     "seconds": round(time.monotonic() - started, 3)}) + "\n")
 
 
@@ -188,7 +237,8 @@ def _cold(cmd, cwd, env, timeout, stdout, stderr, text, fsize) -> subprocess.Com
                           preexec_fn=limit)
 
 
-def _forked(server: _Server, cmd, cwd, env, timeout, stdout, stderr, text, fsize) -> subprocess.CompletedProcess:
+def _forked(server: _Server, cmd, form: dict, cwd, env, timeout, stdout, stderr, text,
+            fsize) -> subprocess.CompletedProcess:
     opened: list[int] = []  # our ends and the child's, closed before returning
     readers: dict[int, str] = {}
 
@@ -210,7 +260,7 @@ def _forked(server: _Server, cmd, cwd, env, timeout, stdout, stderr, text, fsize
     opened.append(stdin)
     out_fd = target(stdout, "stdout")
     err_fd = out_fd if stderr is subprocess.STDOUT else target(stderr, "stderr")
-    request = json.dumps({"args": cmd[3:], "cwd": os.fspath(cwd), "env": env, "fsize": fsize}).encode()
+    request = json.dumps({**form, "cwd": os.fspath(cwd), "env": env, "fsize": fsize}).encode()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     chunks = {name: bytearray() for name in readers.values()}
     try:

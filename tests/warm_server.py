@@ -1,16 +1,29 @@
-"""A warm interpreter for the harness's inner ``python -m pytest`` runs (run by ``tests/warm.py``).
+"""A warm interpreter for the harness's inner runs (run by ``tests/warm.py``).
 
-Started once per test process with the environment the inner runs get, it imports what every
-inner run imports first and takes longest to import (torch, Inductor's configuration, Hypothesis,
-NumPy, pytest: about 3.3 s of the 3.6 s a two-case run takes on a 2-core machine), then waits on a
-Unix socket. For each request it forks: the child is a new process that takes the caller's standard
-streams, folder, environment and file-size limit and runs ``python -m pytest ARGS`` as a fresh
-interpreter would, with none of this repository's modules imported (the suite, its plugin and the
+Started once per test process and flavour with the environment the inner runs get, it imports what
+every inner run of that flavour imports first and takes longest to import, then waits on a Unix
+socket. The flavours:
+
+- ``pytest``: ``python -m pytest ARGS`` runs of the suite: torch, Inductor's configuration,
+  Hypothesis, NumPy, pytest (about 3.3 s of the 3.6 s a two-case run takes on a 2-core machine);
+- ``reports``: ``python -m detconf.reports ARGS``: NumPy, pandas and pyarrow, not torch (the
+  reports read results files only);
+- ``isolated``: ``python -I SCRIPT ARGS`` for the torch-only scripts of ``detconf.reports
+  upstream``: started with ``-I`` itself, it imports the modules its caller names, those every such
+  script imports itself (torch, and for a compiling script Dynamo and Inductor's configuration,
+  Inductor's compiler too where the backend is Inductor), without the collector paused or anything
+  frozen, as a fresh interpreter imports them.
+
+For each request it forks: the child is a new process that takes the caller's standard streams,
+folder, environment and file-size limit and runs the module or script as a fresh interpreter
+would, with none of this repository's modules imported (the suite, its plugin, the reports and the
 probes a test adds load in the child, as they would in a fresh process). The parent reports the
 child's pid, then its exit status; it leaves when the test process that started it is gone.
 
 Nothing here imports the repository: this file runs by path, and the child's ``sys.path`` is the
-one ``python -m`` would give (the folder first, then ``PYTHONPATH``, then the interpreter's own).
+one the interpreter would give (``-m``: the folder first, then ``PYTHONPATH``; ``-I SCRIPT``: the
+script's folder before Python 3.11, where ``-I`` implies ``-P``, nothing from 3.11 on; then the
+interpreter's own).
 """
 from __future__ import annotations
 
@@ -52,48 +65,72 @@ class _Sought:
         return None
 
 
-def _preload() -> tuple[list, list[str]]:
-    """Import what every inner run imports, as the plugin does (the collector paused, what the
-    imports made frozen), keeping the warning filters as a fresh interpreter has them."""
-    filters = list(warnings.filters)
-    _Sought.names.update(sys.modules)
-    sys.meta_path.insert(0, _Sought)
-    gc.collect(1)
-    gc.disable()
-    try:
-        import numpy  # noqa: F401
-        import torch  # noqa: F401
-        import importlib.util
+#: What each flavour imports before it listens.
+PRELOAD = {
+    "pytest": ("numpy", "torch", "torch._inductor.config", "hypothesis", "pytest"),
+    "reports": ("numpy", "pandas", "pyarrow", "pyarrow.compute", "pyarrow.json"),
+    "isolated": (),  # the caller's list, after the flavour on the command line
+}
 
-        # use_deterministic_algorithms imports Inductor's configuration, which imports Triton
-        # where it is installed (CUDA builds): not here then, for Triton's nanobind modules report
-        # every object still alive at exit as leaked (hundreds of lines on stderr), and frozen
-        # objects stay alive; a fresh run that stops before torch is imported (a usage error)
-        # prints none of that.
-        if importlib.util.find_spec("triton") is None:
-            import torch._inductor.config  # noqa: F401
-        import hypothesis  # noqa: F401
-        import pytest  # noqa: F401
+
+def _preload(flavour: str, names: tuple[str, ...] = ()) -> tuple[list, list[str]]:
+    """Import what every inner run of ``flavour`` imports; return the warning filters a fresh
+    interpreter has where the child's own code starts, and the interpreter's ``sys.path``. The
+    ``pytest`` flavour imports as the plugin does (the collector paused, what the imports made
+    frozen); the others as a fresh interpreter does."""
+    import importlib
+    import importlib.util
+
+    filters = list(warnings.filters)
+    _Sought.names.update(name.split(".")[0] for name in sys.modules)
+    sys.meta_path.insert(0, _Sought)
+    pausing = flavour == "pytest"
+    if pausing:
+        gc.collect(1)
+        gc.disable()
+    try:
+        for name in PRELOAD[flavour] + names:
+            # use_deterministic_algorithms imports Inductor's configuration, which imports Triton
+            # where it is installed (CUDA builds): not here then, for Triton's nanobind modules
+            # report every object still alive at exit as leaked (hundreds of lines on stderr), and
+            # frozen objects stay alive; a fresh run that stops before torch is imported (a usage
+            # error) prints none of that.
+            if flavour == "pytest" and name == "torch._inductor.config" and importlib.util.find_spec("triton"):
+                continue
+            importlib.import_module(name)
     finally:
-        gc.freeze()
-        gc.enable()
+        if pausing:
+            gc.freeze()
+            gc.enable()
         sys.meta_path.remove(_Sought)
     _Sought.names.update(name.split(".")[0] for name in sys.modules)
-    own = os.environ.get("PYTHONPATH", "")
-    base = [p for p in sys.path[1:] if p not in own.split(os.pathsep)]
+    if not pausing:
+        # A script or a reports command imports these at its top, and keeps the warning filters
+        # their imports add (torch adds six); a suite run imports torch inside pytest's own
+        # catch_warnings, which drops them again.
+        filters = list(warnings.filters)
+    own = [] if sys.flags.ignore_environment else os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    # this file's folder comes first, unless -I kept it off (Python 3.11 on: -I implies -P)
+    base = [p for p in sys.path[0 if getattr(sys.flags, "safe_path", False) else 1:] if p not in own]
     return filters, base
 
 
 def _child(request: dict, fds: list[int], filters: list, base: list[str]) -> None:
-    """Become ``python -m pytest ARGS`` in the caller's folder, environment and streams."""
+    """Become ``python -m MODULE ARGS`` (or ``python -I SCRIPT ARGS``) in the caller's folder,
+    environment and streams."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:] = [os.getcwd(), *(os.path.abspath(p) for p in extra), *base]
+    script = request.get("script")
+    if script is not None:  # -I: no PYTHONPATH; the script's folder first only before Python 3.11 (-P)
+        first = [] if getattr(sys.flags, "safe_path", False) else [os.path.dirname(os.path.abspath(script))]
+        sys.path[:] = [*first, *base]
+    else:
+        extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:] = [os.getcwd(), *(os.path.abspath(p) for p in extra), *base]
     if request.get("fsize"):
         import resource
 
@@ -101,22 +138,24 @@ def _child(request: dict, fds: list[int], filters: list, base: list[str]) -> Non
     import tempfile
 
     tempfile.tempdir = None  # TMPDIR is read again, from this environment
-    import hypothesis.configuration as hc
+    if "hypothesis" in sys.modules:
+        import hypothesis.configuration as hc
 
-    default = "__hypothesis_home_directory_default"  # read once, at import, from the folder then
-    if not hasattr(hc, default):
-        raise SystemExit(f"tests/warm_server.py: this Hypothesis has no {default}: run with DETCONF_TESTS_COLD=1")
-    setattr(hc, default, type(getattr(hc, default))(os.path.join(os.getcwd(), ".hypothesis")))
-    # pytest marks the modules of plugin distributions (Hypothesis is one) for assertion rewriting
-    # and warns about those already imported; in a fresh interpreter they are not imported yet.
-    # The marker pytest reads keeps this child's warnings summary the fresh interpreter's.
-    for name in ("hypothesis", "_hypothesis_globals"):
-        module = sys.modules.get(name)
-        if module is not None:
-            module.__doc__ = (module.__doc__ or "") + "\n(PYTEST_DONT_REWRITE: imported by tests/warm_server.py)"
-    import numpy
+        default = "__hypothesis_home_directory_default"  # read once, at import, from the folder then
+        if not hasattr(hc, default):
+            raise SystemExit(f"tests/warm_server.py: this Hypothesis has no {default}: run with DETCONF_TESTS_COLD=1")
+        setattr(hc, default, type(getattr(hc, default))(os.path.join(os.getcwd(), ".hypothesis")))
+        # pytest marks the modules of plugin distributions (Hypothesis is one) for assertion
+        # rewriting and warns about those already imported; in a fresh interpreter they are not
+        # imported yet. The marker pytest reads keeps this child's warnings summary the fresh one's.
+        for name in ("hypothesis", "_hypothesis_globals"):
+            module = sys.modules.get(name)
+            if module is not None:
+                module.__doc__ = (module.__doc__ or "") + "\n(PYTEST_DONT_REWRITE: imported by tests/warm_server.py)"
+    if "numpy" in sys.modules:
+        import numpy
 
-    numpy.random.seed()  # a fresh interpreter's global NumPy stream is its own, not the parent's
+        numpy.random.seed()  # a fresh interpreter's global NumPy stream is its own, not the parent's
     warnings.filters[:] = filters
     warnings._filters_mutated()
     for module in list(sys.modules.values()):
@@ -126,17 +165,55 @@ def _child(request: dict, fds: list[int], filters: list, base: list[str]) -> Non
     for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    import pytest
-
-    sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *request["args"]]
-    sys.orig_argv = [sys.executable, "-m", "pytest", *request["args"]]
     import runpy
 
-    runpy.run_module("pytest", run_name="__main__", alter_sys=True)  # SystemExit ends the process
+    if script is not None:
+        sys.argv = [script, *request["args"]]
+        sys.orig_argv = [sys.executable, "-I", script, *request["args"]]
+        runpy.run_path(script, run_name="__main__")
+        sys.exit(0)  # the end of the script: the interpreter's own exit, status 0
+    module = request["module"]
+    sys.argv = ["-m", *request["args"]]  # as the interpreter has it until runpy names the module's file
+    sys.orig_argv = [sys.executable, "-m", module, *request["args"]]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)  # SystemExit ends the process
+    sys.exit(0)
 
 
-def main(path: str) -> None:
-    filters, base = _preload()
+def _exit(code) -> None:
+    """Leave as the interpreter leaves after ``SystemExit(code)``, without its finalization.
+
+    The interpreter's exit waits for the threads that are not daemons, runs the ``atexit``
+    functions (pytest's, the suite's, ``weakref.finalize``'s, logging's) and flushes the standard
+    streams; then it tears down every module, torch's too: about 0.3 s of a forked child's life
+    on the 2-core sandbox, which a child spends in nothing a test judges. This child does the first
+    three and ends there with the status the interpreter gives (None: 0, a number: that number,
+    anything else: printed to standard error, 1). Where a standard stream cannot be flushed, the
+    interpreter's own exit goes on, as a fresh one does (it reports the failure, status 120)."""
+    import atexit
+    import threading
+
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    atexit._run_exitfuncs()
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except Exception:  # noqa: BLE001 - the interpreter reports it and exits 120, as in a fresh run
+        raise SystemExit(code)
+    os._exit(status & 0xFF)
+
+
+def main(path: str, flavour: str, names: tuple[str, ...] = ()) -> None:
+    filters, base = _preload(flavour, names)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with open(path + ".names", "w", encoding="utf-8") as f:
         json.dump(sorted(_Sought.names), f)
@@ -172,8 +249,11 @@ def main(path: str) -> None:
         if pid == 0:
             conn.close()
             listener.close()
-            _child(request, fds, filters, base)
-            os._exit(0)  # not reached: pytest's SystemExit unwinds to the interpreter's exit
+            try:
+                _child(request, fds, filters, base)
+            except SystemExit as exc:
+                _exit(exc.code)
+            # not reached: an exception (KeyboardInterrupt too) unwinds to the interpreter's own exit
         for fd in fds:
             os.close(fd)
         _frame(conn, {"pid": pid})
@@ -187,4 +267,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "pytest", tuple(sys.argv[3:]))
