@@ -104,7 +104,8 @@ def pytest_unconfigure(config):
 '''
 
 
-def _run(tmp_path: Path, *args: str, kill: bool = False) -> tuple[subprocess.CompletedProcess, dict]:
+def _run(tmp_path: Path, *args: str, kill: bool = False,
+         cold: bool = False) -> tuple[subprocess.CompletedProcess, dict]:
     seen = tmp_path / "seen.txt"
     (tmp_path / "standby_probe.py").write_text(PROBE.format(kill="kill" if kill else "keep", out=seen),
                                                encoding="utf-8")
@@ -113,7 +114,7 @@ def _run(tmp_path: Path, *args: str, kill: bool = False) -> tuple[subprocess.Com
     cmd = [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "-p", "standby_probe",
            "--source", "torch-docs", "--device", "cpu", "--mode", "error", "-n", "0", "-k", SUBSET,
            "--results", str(tmp_path / "out" / "results.jsonl"), *args]
-    out = warm.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    out = warm.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env, cold=cold)
     import ast
 
     return out, ast.literal_eval(seen.read_text(encoding="utf-8"))
@@ -130,7 +131,7 @@ def _matrix_written(tmp_path: Path, out: subprocess.CompletedProcess) -> None:
 
 
 def test_the_run_hands_its_report_to_the_standby_and_loads_no_report_library(tmp_path):
-    out, seen = _run(tmp_path)
+    out, seen = _run(tmp_path, cold=True)  # the warm interpreter has imported pandas (tests/warm_server.py)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     _matrix_written(tmp_path, out)
     assert seen == {"answered": True, "pandas": False, "matplotlib": False}

@@ -5,7 +5,8 @@ every inner run of that flavour imports first and takes longest to import, then 
 socket. The flavours:
 
 - ``pytest``: ``python -m pytest ARGS`` runs of the suite: torch, Inductor's configuration,
-  Hypothesis, NumPy, pytest (about 3.3 s of the 3.6 s a two-case run takes on a 2-core machine);
+  Hypothesis, NumPy, pytest (about 3.3 s of the 3.6 s a two-case run takes on a 2-core machine),
+  and pandas and pyarrow, which a run's terminal summary imports where no standby builder answers;
 - ``reports``: ``python -m detconf.reports ARGS``: NumPy, pandas and pyarrow, not torch (the
   reports read results files only);
 - ``isolated``: ``python -I SCRIPT ARGS`` for the torch-only scripts of ``detconf.reports
@@ -67,7 +68,10 @@ class _Sought:
 
 #: What each flavour imports before it listens.
 PRELOAD = {
-    "pytest": ("numpy", "torch", "torch._inductor.config", "hypothesis", "pytest"),
+    # pandas and pyarrow: a run that summarises its rows in its own process (no standby builder,
+    # --no-report-build) imports them for its terminal summary, about 0.3 s of a two-case run
+    "pytest": ("numpy", "torch", "torch._inductor.config", "hypothesis", "pytest", "pandas", "pyarrow",
+               "pyarrow.compute", "pyarrow.json"),
     "reports": ("numpy", "pandas", "pyarrow", "pyarrow.compute", "pyarrow.json"),
     "isolated": (),  # the caller's list, after the flavour on the command line
 }
