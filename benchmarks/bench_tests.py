@@ -7,9 +7,9 @@ Runs ``python -m pytest tests -n N -p no:cacheprovider -q --durations=0`` in a c
 prints the wall time, the CPU time of the child tree, the load average before and after, the
 tests that failed or errored (pytest's short summary lines), the
 ``--slowest`` slowest test phases (setup, call, teardown: pytest's own ``--durations`` lines), the
-summed durations per test file, largest first, and the inner ``python -m pytest`` runs the tests
-made: how many were forked from the warm interpreter (``tests/warm.py``) and how many ran cold,
-and why. ``--cold``: every inner run cold (``DETCONF_TESTS_COLD=1``), as before the warm runner.
+summed durations per test file, largest first, and the inner runs the tests made (``python -m
+pytest``, ``python -m detconf.reports``, ``python -I`` scripts): how many were forked from a warm
+interpreter (``tests/warm.py``), per kind, and how many ran cold, and why. ``--cold``: every inner run cold (``DETCONF_TESTS_COLD=1``), as before the warm runner.
 Asserts nothing; quote the figures with the machine and its load.
 """
 from __future__ import annotations
@@ -67,8 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     inner = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.is_file() else []
     shutil.rmtree(log.parent, ignore_errors=True)
     forked = [r for r in inner if r["warm"]]
-    print(f"\ninner python -m pytest runs: {len(forked)} forked warm ({sum(r['seconds'] for r in forked):.1f} s), "
+    print(f"\ninner runs: {len(forked)} forked warm ({sum(r['seconds'] for r in forked):.1f} s), "
           f"{len(inner) - len(forked)} cold ({sum(r['seconds'] for r in inner if not r['warm']):.1f} s)")
+    kinds: dict[str, list] = defaultdict(list)
+    for r in inner:
+        kinds[r.get("flavour") or "other"].append(r)
+    for kind, runs in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
+        warm = [r for r in runs if r["warm"]]
+        print(f"  {kind}: {len(warm)} forked ({sum(r['seconds'] for r in warm):.1f} s), {len(runs) - len(warm)} cold")
     why: dict[str, list] = defaultdict(list)
     for r in inner:
         if not r["warm"]:
