@@ -27,7 +27,8 @@ A command runs cold (``subprocess.run``, exactly as given) when:
   happens while torch or Dynamo is imported, or the interpreter's start;
 - its environment differs from the server's in a variable read while those modules are imported
   or the interpreter starts (:data:`IMPORT_TIME`), e.g. ``OMP_NUM_THREADS`` or ``PYTHONHASHSEED``
-  (an ``-I`` server takes the environment of the first script it runs);
+  (``-I`` servers start with their scripts' environment: one per environment and list of imports,
+  at most :data:`ISOLATED_SERVERS`);
 - a folder that comes first on its ``sys.path`` (the command's folder for ``-m``; for ``-I`` the
   script's, which Python puts first before 3.11 and is checked on every version) or on its
   ``PYTHONPATH`` could have changed those imports: one holding installed
@@ -202,9 +203,10 @@ def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None =
         stdout = stderr = subprocess.PIPE
     env = dict(os.environ if env is None else env)
     server, why, form = None, "asked" if cold else "DETCONF_TESTS_COLD=1", _form(list(cmd))
-    if form is not None and form[0] == "isolated" and not imports:
-        form = None  # nothing named to import first: a fresh interpreter
-    if not cold and os.environ.get("DETCONF_TESTS_COLD") != "1" and form is not None:
+    unnamed = form is not None and form[0] == "isolated" and not imports
+    if not cold and os.environ.get("DETCONF_TESTS_COLD") != "1" and unnamed:
+        why = "a script whose imports were not named"  # a fresh interpreter
+    elif not cold and os.environ.get("DETCONF_TESTS_COLD") != "1" and form is not None:
         server, why = _server_for(env, form[0], tuple(imports) if form[0] == "isolated" else ()), "environment"
         first = os.path.dirname(form[1]["script"]) if "script" in form[1] else os.path.abspath(cwd)
         if server is not None and not _path_is_neutral(server, env, first):

@@ -109,9 +109,10 @@ def _preload(flavour: str, names: tuple[str, ...] = ()) -> tuple[list, list[str]
         sys.meta_path.remove(_Sought)
     _Sought.names.update(name.split(".")[0] for name in sys.modules)
     if not pausing:
-        # A script or a reports command imports these at its top, and keeps the warning filters
-        # their imports add (torch adds six); a suite run imports torch inside pytest's own
-        # catch_warnings, which drops them again.
+        # A script or a reports command imports these at its top and keeps the warning filters
+        # their imports add (torch adds six): its child starts from the filters after them. A
+        # suite run's child starts from the interpreter's own, as before (tests/test_warm.py
+        # compares its warnings summary with a fresh run's).
         filters = list(warnings.filters)
     own = [] if sys.flags.ignore_environment else os.environ.get("PYTHONPATH", "").split(os.pathsep)
     # this file's folder comes first, unless -I kept it off (Python 3.11 on: -I implies -P)
