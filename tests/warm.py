@@ -203,15 +203,15 @@ def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None =
         stdout = stderr = subprocess.PIPE
     env = dict(os.environ if env is None else env)
     server, why, form = None, "asked" if cold else "DETCONF_TESTS_COLD=1", _form(list(cmd))
-    unnamed = form is not None and form[0] == "isolated" and not imports
-    if not cold and os.environ.get("DETCONF_TESTS_COLD") != "1" and unnamed:
+    may_fork = not cold and os.environ.get("DETCONF_TESTS_COLD") != "1"
+    if may_fork and form is not None and form[0] == "isolated" and not imports:
         why = "a script whose imports were not named"  # a fresh interpreter
-    elif not cold and os.environ.get("DETCONF_TESTS_COLD") != "1" and form is not None:
+    elif may_fork and form is not None:
         server, why = _server_for(env, form[0], tuple(imports) if form[0] == "isolated" else ()), "environment"
         first = os.path.dirname(form[1]["script"]) if "script" in form[1] else os.path.abspath(cwd)
         if server is not None and not _path_is_neutral(server, env, first):
             server, why = None, "a folder first on sys.path"
-    elif not cold and os.environ.get("DETCONF_TESTS_COLD") != "1":
+    elif may_fork:
         why = "not a form a server forks"
     started = time.monotonic()
     try:

@@ -66,6 +66,10 @@ class _Sought:
         return None
 
 
+#: Whether this interpreter keeps the script's folder off ``sys.path`` (``-P``; ``-I`` implies it
+#: from Python 3.11 on).
+SAFE_PATH = bool(getattr(sys.flags, "safe_path", False))
+
 #: What each flavour imports before it listens.
 PRELOAD = {
     # pandas and pyarrow: a run that summarises its rows in its own process (no standby builder,
@@ -116,7 +120,7 @@ def _preload(flavour: str, names: tuple[str, ...] = ()) -> tuple[list, list[str]
         filters = list(warnings.filters)
     own = [] if sys.flags.ignore_environment else os.environ.get("PYTHONPATH", "").split(os.pathsep)
     # this file's folder comes first, unless -I kept it off (Python 3.11 on: -I implies -P)
-    base = [p for p in sys.path[0 if getattr(sys.flags, "safe_path", False) else 1:] if p not in own]
+    base = [p for p in sys.path[0 if SAFE_PATH else 1:] if p not in own]
     return filters, base
 
 
@@ -131,7 +135,7 @@ def _child(request: dict, fds: list[int], filters: list, base: list[str]) -> Non
     os.environ.update(request["env"])
     script = request.get("script")
     if script is not None:  # -I: no PYTHONPATH; the script's folder first only before Python 3.11 (-P)
-        first = [] if getattr(sys.flags, "safe_path", False) else [os.path.dirname(os.path.abspath(script))]
+        first = [] if SAFE_PATH else [os.path.dirname(os.path.abspath(script))]
         sys.path[:] = [*first, *base]
     else:
         extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
