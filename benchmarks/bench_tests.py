@@ -9,7 +9,8 @@ tests that failed or errored (pytest's short summary lines), the
 ``--slowest`` slowest test phases (setup, call, teardown: pytest's own ``--durations`` lines), the
 summed durations per test file, largest first, and the inner runs the tests made (``python -m
 pytest``, ``python -m detconf.reports``, ``python -I`` scripts): how many were forked from a warm
-interpreter (``tests/warm.py``), per kind, and how many ran cold, and why. ``--cold``: every inner run cold (``DETCONF_TESTS_COLD=1``), as before the warm runner.
+interpreter (``tests/warm.py``), per kind, and how many ran cold, and why. ``--cold``: every inner run cold (``DETCONF_TESTS_COLD=1``), as before the warm runner;
+``--inner-log PATH``: keep the inner runs' log (the time per test file is printed either way).
 Asserts nothing; quote the figures with the machine and its load.
 """
 from __future__ import annotations
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", dest="workers", default="auto")
     p.add_argument("--slowest", type=int, default=20)
     p.add_argument("--cold", action="store_true", help="every inner pytest run in a fresh interpreter")
+    p.add_argument("--inner-log", metavar="PATH", help="keep the inner runs' log there (a JSON line per run: "
+                   "test, warm, why, flavour, seconds)")
     args = p.parse_args(own)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     log = Path(tempfile.mkdtemp(prefix="bench-tests-")) / "inner.jsonl"
@@ -65,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, seconds in sorted(per_file.items(), key=lambda kv: -kv[1]):
         print(f"  {seconds:8.1f} s  {name}")
     inner = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.is_file() else []
+    if args.inner_log and log.is_file():
+        shutil.copyfile(log, args.inner_log)
     shutil.rmtree(log.parent, ignore_errors=True)
     forked = [r for r in inner if r["warm"]]
     print(f"\ninner runs: {len(forked)} forked warm ({sum(r['seconds'] for r in forked):.1f} s), "
@@ -81,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
             why[r["why"]].append(r)
     for reason, runs in sorted(why.items(), key=lambda kv: -len(kv[1])):
         print(f"  cold, {reason}: {len(runs)} ({sum(r['seconds'] for r in runs):.1f} s)")
+    files: dict[str, list] = defaultdict(list)
+    for r in inner:
+        files[r["test"].split("::")[0] or "(outside a test)"].append(r)
+    print(f"\ninner runs per test file, the {args.slowest} longest in all:")
+    for name, runs in sorted(files.items(), key=lambda kv: -sum(r["seconds"] for r in kv[1]))[:args.slowest]:
+        print(f"  {sum(r['seconds'] for r in runs):8.1f} s  {len(runs):4d} runs  {name}")
     return 0 if out.returncode == 0 else 1
 
 

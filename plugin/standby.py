@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from detconf.child import Child
+
+#: What the standby imports and this process need not: the libraries of the report build.
+REPORT_LIBRARIES = ("pandas", "pyarrow", "matplotlib")
 
 
 class Standby:
@@ -19,6 +23,12 @@ class Standby:
 
     @classmethod
     def start(cls) -> "Standby | None":
+        """The builder, or None: it could not start, or this process has imported the report's
+        libraries already (a conftest or plugin did): the standby's whole gain is to load them
+        beside the tests, and a second interpreter would load them again (about a second of CPU
+        on cores the tests use) to save the run only the build itself."""
+        if all(name in sys.modules for name in REPORT_LIBRARIES):
+            return None  # the build runs in this process instead
         try:
             # In the run's working folder: a request names the results file as the run has it.
             child = Child(cls.TARGET, stdin=True)

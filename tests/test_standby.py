@@ -60,23 +60,28 @@ def test_the_end_of_input_is_a_quiet_exit():
     assert _serve("") == (0, "")
 
 
-def test_a_started_standby_that_is_not_asked_exits_without_building(tmp_path, monkeypatch):
-    # As the plugin starts it: through detconf.child, in the run's working folder.
-    from detconf.plugin.standby import Standby
+def _start(monkeypatch):
+    """The builder as the plugin starts it (through detconf.child, in the run's working folder),
+    in this test process, which holds the report's libraries (other tests import them): the
+    plugin would build here, unless one of them were missing, as it is made to be."""
+    from detconf.plugin import standby as plugin_standby
 
+    monkeypatch.setattr(plugin_standby, "REPORT_LIBRARIES", (*plugin_standby.REPORT_LIBRARIES, "no_such_library"))
+    return plugin_standby.Standby.start()
+
+
+def test_a_started_standby_that_is_not_asked_exits_without_building(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    started = Standby.start()
+    started = _start(monkeypatch)
     out, err = started.child.communicate("", timeout=120)
     assert (started.proc.returncode, out, err) == (0, "", "")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_started_standby_answers_a_request_with_paths_relative_to_the_runs_folder(tmp_path, monkeypatch):
-    from detconf.plugin.standby import Standby
-
     _results(tmp_path)
     monkeypatch.chdir(tmp_path)
-    reply = Standby.start().ask({"summary": "results.jsonl", "build": {"paths": ["results.jsonl"], "out": "report"}})
+    reply = _start(monkeypatch).ask({"summary": "results.jsonl", "build": {"paths": ["results.jsonl"], "out": "report"}})
     assert reply == {"lines": summary_lines("results.jsonl"), "built": True}  # as the run names it
     assert (tmp_path / "report" / "matrix.md").is_file()
 
@@ -87,11 +92,17 @@ PROBE = '''
 import sys
 import pytest
 
+if "{preload}" == "preload":  # as a conftest or plugin that uses the report's libraries would
+    import matplotlib, pandas, pyarrow  # noqa: E401,F401
+
+STARTED = []
+
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session):
     writer = session.config.pluginmanager.get_plugin("detconf-results")
-    if writer is not None and writer.standby is not None and "{kill}" == "kill":
+    STARTED.append(writer is not None and writer.standby is not None)
+    if STARTED[-1] and "{kill}" == "kill":
         writer.standby.proc.kill()  # planted: the builder dies before the end of the run
         writer.standby.proc.wait()
 
@@ -99,16 +110,17 @@ def pytest_sessionfinish(session):
 def pytest_unconfigure(config):
     writer = config.pluginmanager.get_plugin("detconf-results")
     with open("{out}", "w") as f:
-        f.write(repr({{"answered": writer.standby_answered if writer else None,
+        f.write(repr({{"answered": writer.standby_answered if writer else None, "started": STARTED == [True],
                        "pandas": "pandas" in sys.modules, "matplotlib": "matplotlib" in sys.modules}}))
 '''
 
 
-def _run(tmp_path: Path, *args: str, kill: bool = False,
+def _run(tmp_path: Path, *args: str, kill: bool = False, preload: bool = False,
          cold: bool = False) -> tuple[subprocess.CompletedProcess, dict]:
     seen = tmp_path / "seen.txt"
-    (tmp_path / "standby_probe.py").write_text(PROBE.format(kill="kill" if kill else "keep", out=seen),
-                                               encoding="utf-8")
+    (tmp_path / "standby_probe.py").write_text(
+        PROBE.format(kill="kill" if kill else "keep", preload="preload" if preload else "no", out=seen),
+        encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q", "-p", "standby_probe",
@@ -130,18 +142,28 @@ def _matrix_written(tmp_path: Path, out: subprocess.CompletedProcess) -> None:
     assert "cpu/error: conforms" in out.stdout  # the summary lines
 
 
+# These run cold: the warm interpreter holds the report's libraries (tests/warm_server.py), and a
+# run whose process holds them starts no standby.
 def test_the_run_hands_its_report_to_the_standby_and_loads_no_report_library(tmp_path):
-    out, seen = _run(tmp_path, cold=True)  # the warm interpreter has imported pandas (tests/warm_server.py)
+    out, seen = _run(tmp_path, cold=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     _matrix_written(tmp_path, out)
-    assert seen == {"answered": True, "pandas": False, "matplotlib": False}
+    assert seen == {"answered": True, "started": True, "pandas": False, "matplotlib": False}
 
 
 def test_when_the_standby_died_the_run_builds_the_matrix_itself(tmp_path):
-    out, seen = _run(tmp_path, kill=True)
+    out, seen = _run(tmp_path, kill=True, cold=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     _matrix_written(tmp_path, out)
+    assert seen["started"] is True  # and killed by the probe
     assert seen["answered"] is False and seen["pandas"] is True  # built here, with the same files
+
+
+def test_a_run_whose_process_holds_the_report_libraries_starts_no_standby_and_builds_the_matrix_itself(tmp_path):
+    out, seen = _run(tmp_path, preload=True, cold=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    _matrix_written(tmp_path, out)
+    assert seen == {"answered": False, "started": False, "pandas": True, "matplotlib": True}
 
 
 @pytest.mark.parametrize("option,standby", [("--no-report-build", "False"), ("--collect-only", "None")])

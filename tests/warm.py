@@ -5,7 +5,9 @@ About 200 of the harness's tests run the suite in a new process (``python -m pyt
 behind when killed. A fresh interpreter spends about 3.3 s of a two-case run's 3.6 s (2-core
 machine) importing torch, Inductor's configuration, Hypothesis and NumPy before the suite's own
 code runs. :func:`run` gives such a command the same process, minus that wait: a server started
-once per test process (``tests/warm_server.py``) has imported them, and forks a child that takes
+once per test process (``tests/warm_server.py``) has imported them (and the report's libraries,
+the installed pytest plugins but xdist, and Inductor's answer about the CPU's vector instruction
+sets, which a first C++ compile works out), and forks a child that takes
 the command's folder, environment, standard streams and file-size limit and runs ``python -m
 pytest ARGS`` there. The suite, its plugin and every probe plugin a test adds are imported in the
 child, as in a fresh process; the child exits, is killed and writes files as its own process. It
@@ -59,12 +61,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = Path(__file__).with_name("warm_server.py")
 
-#: Prefixes of variables that torch, NumPy, Hypothesis, OpenMP, the allocator or the interpreter read
+#: Prefixes of variables that torch, NumPy, Hypothesis, matplotlib, OpenMP, the allocator or the interpreter read
 #: at import or start: a command whose value differs from the server's runs cold.
 #: ``PYTHONPATH`` is the exception: the child puts its entries on ``sys.path`` as the interpreter would.
 IMPORT_TIME = ("PYTHON", "TORCH", "_TORCH", "PYTORCH", "CUDA", "CUBLAS", "CUDNN", "NCCL", "NVIDIA", "OMP_", "KMP_",
                "MKL", "GOMP", "OPENBLAS", "TRITON", "HYPOTHESIS", "_HYPOTHESIS", "NUMPY", "NPY_", "LD_", "MALLOC",
-               "KINETO", "TMP", "TEMP", "HOME", "XDG_", "LANG", "LC_", "COVERAGE")
+               "KINETO", "TMP", "TEMP", "HOME", "XDG_", "LANG", "LC_", "COVERAGE", "MPL")
 
 _lock = threading.Lock()
 _servers: dict[tuple, "_Server"] = {}

@@ -6,14 +6,16 @@ socket. The flavours:
 
 - ``pytest``: ``python -m pytest ARGS`` runs of the suite: torch, Inductor's configuration,
   Hypothesis, NumPy, pytest (about 3.3 s of the 3.6 s a two-case run takes on a 2-core machine),
-  and pandas and pyarrow, which a run's terminal summary imports where no standby builder answers;
+  the pytest plugins of installed distributions but xdist's, and the report's libraries (pandas,
+  pyarrow, matplotlib: a run whose process holds them builds its report itself, without a
+  standby builder); then it asks Inductor for the CPU's vector instruction sets (``_vector_isas``);
 - ``reports``: ``python -m detconf.reports ARGS``: NumPy, pandas and pyarrow, not torch (the
   reports read results files only);
 - ``isolated``: ``python -I SCRIPT ARGS`` for the torch-only scripts of ``detconf.reports
   upstream``: started with ``-I`` itself, it imports the modules its caller names, those every such
   script imports itself (torch, and for a compiling script Dynamo and Inductor's configuration,
-  Inductor's compiler too where the backend is Inductor), without the collector paused or anything
-  frozen, as a fresh interpreter imports them.
+  Inductor's compiler too where the backend is Inductor, then the vector instruction sets), without
+  the collector paused or anything frozen, as a fresh interpreter imports them.
 
 For each request it forks: the child is a new process that takes the caller's standard streams,
 folder, environment and file-size limit and runs the module or script as a fresh interpreter
@@ -74,11 +76,54 @@ SAFE_PATH = bool(getattr(sys.flags, "safe_path", False))
 PRELOAD = {
     # pandas and pyarrow: a run that summarises its rows in its own process (no standby builder,
     # --no-report-build) imports them for its terminal summary, about 0.3 s of a two-case run
+    # matplotlib too, and the modules of the report's picture: with pandas and pyarrow they are the
+    # report's libraries, and a run whose process holds them builds its report itself
+    # (plugin/standby.py) instead of starting a builder that would import them again.
+    # The pytest plugins of installed distributions (Hypothesis's, ...; not xdist's: NOT_PRELOADED)
+    # follow, as pytest loads them at its start (_plugin_modules).
     "pytest": ("numpy", "torch", "torch._inductor.config", "hypothesis", "pytest", "pandas", "pyarrow",
-               "pyarrow.compute", "pyarrow.json"),
+               "pyarrow.compute", "pyarrow.json", "matplotlib", "matplotlib.figure", "matplotlib.colors",
+               "matplotlib.lines", "matplotlib.patches", "matplotlib.backends.backend_agg"),
     "reports": ("numpy", "pandas", "pyarrow", "pyarrow.compute", "pyarrow.json"),
     "isolated": (),  # the caller's list, after the flavour on the command line
 }
+
+
+#: Plugin packages left to the child: ``xdist.plugin`` copies ``sys.path`` when it is imported and
+#: gives that copy to the workers it starts, who would then lack the child's ``PYTHONPATH``.
+NOT_PRELOADED = ("xdist",)
+
+
+def _plugin_modules() -> tuple[tuple[str, ...], set[str]]:
+    """The modules of the installed distributions' pytest plugins (entry points ``pytest11``), which
+    ``python -m pytest`` imports at its start, and the top-level names pytest marks for assertion
+    rewriting in those distributions (their files')."""
+    from importlib.metadata import entry_points
+
+    modules, tops = [], set()
+    for point in entry_points(group="pytest11"):
+        if point.module.split(".")[0] in NOT_PRELOADED:
+            continue
+        modules.append(point.module)
+        tops.add(point.module.split(".")[0])
+        for file in (point.dist.files or []) if point.dist is not None else []:
+            parts = file.parts
+            if parts and parts[-1].endswith(".py") and not parts[0].endswith((".dist-info", ".egg-info")):
+                tops.add(parts[0][:-3] if len(parts) == 1 else parts[0])
+    return tuple(modules), tops
+
+
+def _vector_isas() -> None:
+    """Ask Inductor for the CPU's vector instruction sets, as a process's first C++ compile does:
+    it builds and loads a probe per instruction set (a fresh ``python -c`` importing torch for
+    each) and keeps the answer for the process's life (``functools.cache``). In a cache folder
+    without the probes (the suite gives each run one of its own) that took 8.5-10.6 s on the
+    2-core sandbox, 1.3-1.9 s with them; asked here once, in torch's cache folder for this
+    environment, a forked child that compiles has the answer a fresh process would work out
+    itself on this machine, and its first compile takes 2.3 s instead of 11 s."""
+    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+    valid_vec_isa_list()
 
 
 def _preload(flavour: str, names: tuple[str, ...] = ()) -> tuple[list, list[str]]:
@@ -96,8 +141,9 @@ def _preload(flavour: str, names: tuple[str, ...] = ()) -> tuple[list, list[str]
     if pausing:
         gc.collect(1)
         gc.disable()
+    plugins, marked = _plugin_modules() if flavour == "pytest" else ((), set())
     try:
-        for name in PRELOAD[flavour] + names:
+        for name in PRELOAD[flavour] + plugins + names:
             # use_deterministic_algorithms imports Inductor's configuration, which imports Triton
             # where it is installed (CUDA builds): not here then, for Triton's nanobind modules
             # report every object still alive at exit as leaked (hundreds of lines on stderr), and
@@ -106,12 +152,26 @@ def _preload(flavour: str, names: tuple[str, ...] = ()) -> tuple[list, list[str]
             if flavour == "pytest" and name == "torch._inductor.config" and importlib.util.find_spec("triton"):
                 continue
             importlib.import_module(name)
+        if "torch._inductor.config" in sys.modules and (flavour == "pytest" or "torch._inductor.compile_fx" in names):
+            path = list(sys.path)
+            _vector_isas()
+            sys.path[:] = path  # the compiler's imports add setuptools' vendored folder; a child starts without
     finally:
         if pausing:
             gc.freeze()
             gc.enable()
         sys.meta_path.remove(_Sought)
     _Sought.names.update(name.split(".")[0] for name in sys.modules)
+    early = sorted(name for name in sys.modules if name.split(".")[0] in NOT_PRELOADED)
+    if early:
+        raise SystemExit(f"tests/warm_server.py: the preload imported {', '.join(early)}, which must load in the child")
+    # pytest marks the modules of plugin distributions (Hypothesis, xdist, ...) for assertion
+    # rewriting and warns about those already imported; in a fresh interpreter they are not
+    # imported yet. The marker pytest reads keeps a child's warnings summary the fresh one's.
+    for name in sorted(marked | {"hypothesis", "_hypothesis_globals"}):
+        module = sys.modules.get(name)
+        if module is not None:
+            module.__doc__ = (module.__doc__ or "") + "\n(PYTEST_DONT_REWRITE: imported by tests/warm_server.py)"
     if not pausing:
         # A script or a reports command imports these at its top and keeps the warning filters
         # their imports add (torch adds six): its child starts from the filters after them. A
@@ -154,13 +214,6 @@ def _child(request: dict, fds: list[int], filters: list, base: list[str]) -> Non
         if not hasattr(hc, default):
             raise SystemExit(f"tests/warm_server.py: this Hypothesis has no {default}: run with DETCONF_TESTS_COLD=1")
         setattr(hc, default, type(getattr(hc, default))(os.path.join(os.getcwd(), ".hypothesis")))
-        # pytest marks the modules of plugin distributions (Hypothesis is one) for assertion
-        # rewriting and warns about those already imported; in a fresh interpreter they are not
-        # imported yet. The marker pytest reads keeps this child's warnings summary the fresh one's.
-        for name in ("hypothesis", "_hypothesis_globals"):
-            module = sys.modules.get(name)
-            if module is not None:
-                module.__doc__ = (module.__doc__ or "") + "\n(PYTEST_DONT_REWRITE: imported by tests/warm_server.py)"
     if "numpy" in sys.modules:
         import numpy
 
