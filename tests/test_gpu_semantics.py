@@ -127,7 +127,7 @@ def _tf32_unannounced():
     return dataclasses.replace(emulated_cuda(), math_precision=lambda family: "ieee")
 
 
-TF32_CASES = torch.load(DATA / "h100-tf32-outputs.pt")
+TF32_CASES = torch.load(DATA / "h100-tf32-outputs.pt", weights_only=True)  # tensors, strings, numbers
 
 
 @pytest.mark.parametrize("i", range(len(TF32_CASES)), ids=[f"{c['kind']}-{i}" for i, c in enumerate(TF32_CASES)])
