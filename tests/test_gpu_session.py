@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from detconf import gpurun, revision, wheels
-from tests.test_gpu_runner import CANNED, ROOT, make_wheel
+from tests.test_gpu_runner import CANNED, ROOT, collecting_only, make_wheel
 
 PYTHON_ENV = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
 
@@ -278,7 +278,8 @@ def test_sigterm_at_any_point_leaves_whole_records_and_the_archive(tmp_path, del
     narrow = "test_sigterm_target_sleeps"
     env = {**PYTHON_ENV, "DETCONF_SLEEP_TARGET": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "detconf", "gpu-run", "--steps", "tests", "--device", "cpu", "-n", "0",
-                             "--quiet", "--out", str(out), "--", "-k", narrow, "tests/test_gpu_session.py"],
+                             "--quiet", "--out", str(out), "--", *collecting_only("test_gpu_session.py"), "-k", narrow,
+                             "tests/test_gpu_session.py"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(delay)
     proc.send_signal(signal.SIGTERM)

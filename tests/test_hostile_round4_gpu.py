@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from detconf import gpupack, gpurun, wheels
-from tests.test_gpu_runner import CANNED, ROOT, make_wheel
+from tests.test_gpu_runner import CANNED, ROOT, collecting_only, make_wheel
 from tests.test_gpu_session import PYTHON_ENV, cli, members
 
 PKG = "detconf-h4-notinstalled"  # the entries' notinstalledpkg: a name no index or interpreter has
@@ -202,7 +202,8 @@ def test_G27_sigterm_keeps_every_steps_record_and_leaves_no_step_running(tmp_pat
     out, pidfile = tmp_path / "gterm", tmp_path / "step.pid"
     env = {**PYTHON_ENV, "DETCONF_H4_PIDFILE": str(pidfile)}
     proc = subprocess.Popen([sys.executable, "-m", "detconf", "gpu-run", "--steps", "documented,tests", "-n", "0",
-                             "--device", "cpu", "--quiet", "--out", str(out), "--", "-k",
+                             "--device", "cpu", "--quiet", "--out", str(out), "--",
+                             *collecting_only("test_hostile_round4_gpu.py"), "-k",
                              f"({ONE_CASE}) or G27_sleep_target", "--continue-on-collection-errors"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -337,7 +338,7 @@ def test_G37_pytest_help_is_not_a_passed_step(tmp_path):
 def test_G38_collect_only_is_not_a_passed_step(tmp_path):
     out = tmp_path / "gxc"
     done = cli("gpu-run", "--steps", "documented,tests", "-n", "0", "--device", "cpu", "--quiet", "--out", str(out),
-               "--", "-k", ONE_CASE, "--co")
+               "--", *collecting_only("test_hostile_round4_gpu.py"), "-k", ONE_CASE, "--co")
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "every step passed" not in done.stdout
     steps = steps_of(out)
