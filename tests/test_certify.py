@@ -54,8 +54,7 @@ def waivable():
 
 
 def _reports(*args: str) -> subprocess.CompletedProcess:
-    return warm.run([sys.executable, "-m", "detconf.reports", *args], cwd=ROOT, capture_output=True, text=True,
-                    timeout=300)
+    return warm.reports(*args, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -502,8 +502,7 @@ def test_a_crash_storm_is_visibly_incomplete(tmp_path):
     # The run record lists the 16 planned cases, so the reports show each lost one as missing.
     assert end["outcome"] == "incomplete" and end["missing"] == 16 - end["written"]
     assert len(run["run"]["planned_cases"]) == 16
-    built = warm.run([sys.executable, "-m", "detconf.reports", "build", str(results), "--out", str(tmp_path / "m")],
-                     cwd=ROOT, capture_output=True, text=True, timeout=120)
+    built = warm.reports("build", results, "--out", tmp_path / "m", timeout=120)
     assert built.returncode == 0, built.stderr
     assert f"{16 - end['written']} of 16 planned cases have no row (shown as missing)" in built.stdout
     summary = json.loads((tmp_path / "m" / "summary.json").read_text())

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -91,8 +90,7 @@ def call(argv, capsys):
 
 
 def child(argv, stdout=subprocess.PIPE):
-    return warm.run([sys.executable, "-m", "detconf.reports", *map(str, argv)], cwd=REPO, stdout=stdout,
-                    stderr=subprocess.PIPE, text=True, timeout=300)
+    return warm.reports(*argv, cwd=REPO, stdout=stdout, timeout=300)
 
 
 def assert_one_line_error(code, err: str, *needles: str):

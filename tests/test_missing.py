@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -52,8 +51,7 @@ ALL = [_case(k, m) for k in range(3) for m in ("error", "warn_only")]
 
 
 def _reports(*args: str) -> subprocess.CompletedProcess:
-    return warm.run([sys.executable, "-m", "detconf.reports", *args], cwd=ROOT, capture_output=True, text=True,
-                    timeout=120)
+    return warm.reports(*args, timeout=120)
 
 
 def test_a_planned_case_without_a_row_is_missing_and_failing(tmp_path):

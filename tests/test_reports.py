@@ -79,8 +79,7 @@ def small_run(tmp_path: Path, name="results.jsonl") -> Path:
 
 
 def run_cli(*args, cwd=REPO):
-    return warm.run([sys.executable, "-m", "detconf.reports", *map(str, args)], cwd=cwd,
-                    capture_output=True, text=True, timeout=120)
+    return warm.reports(*args, cwd=cwd, timeout=120)
 
 
 # ----------------------------------------------------------------------------- build

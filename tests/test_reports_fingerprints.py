@@ -152,8 +152,7 @@ def test_without_out_the_markdown_goes_to_standard_output(capsys):
 ])
 def test_bad_input_is_one_line_and_exit_status_2(tmp_path, make, needle):
     bad = make(tmp_path)
-    out = warm.run([sys.executable, "-m", "detconf.reports", "fingerprints", str(H100), str(bad), "--out",
-                    str(tmp_path / "fp")], cwd=ROOT, capture_output=True, text=True)
+    out = warm.reports("fingerprints", H100, bad, "--out", tmp_path / "fp")
     assert out.returncode == 2, out.stdout + out.stderr
     assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith("reports: error: "), out.stderr
     assert needle in out.stderr

@@ -3,7 +3,6 @@ in terminal output — checked through the real writers with hostile entry ids."
 import csv
 import json
 import re
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -48,8 +47,7 @@ def _results(tmp_path, ids, mode="error"):
 
 
 def _cli(*args):
-    return warm.run([sys.executable, "-m", "detconf.reports", *map(str, args)], cwd=ROOT, capture_output=True,
-                    text=True, timeout=120)
+    return warm.reports(*args, timeout=120)
 
 
 def test_published_outputs_of_hostile_ids_are_safe(tmp_path):

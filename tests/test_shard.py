@@ -138,8 +138,7 @@ def test_shards_run_apart_and_merge_into_the_whole_plan(tmp_path):
 
     whole = {c.id for c in plan(load_catalog(["flag-api"]), ["cpu"], ["error", "warn_only"])}
     assert planned[0] | planned[1] == whole
-    built = warm.run([sys.executable, "-m", "detconf.reports", "build", *map(str, files), "--out", str(tmp_path / "m")],
-                     cwd=ROOT, capture_output=True, text=True, timeout=120)
+    built = warm.reports("build", *files, "--out", tmp_path / "m", timeout=120)
     assert built.returncode == 0, built.stderr
     summary = json.loads((tmp_path / "m" / "summary.json").read_text())
     assert summary["cells"] == len(whole) and summary["missing"] == 0

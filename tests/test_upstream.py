@@ -33,8 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return warm.run([sys.executable, "-m", "detconf.reports", "upstream", *args], cwd=cwd,
-                    capture_output=True, text=True, timeout=300)
+    return warm.reports("upstream", *args, cwd=cwd, timeout=300)
 
 
 def _run_script(path: Path, cwd: Path) -> dict:

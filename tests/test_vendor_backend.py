@@ -109,8 +109,7 @@ def test_the_device_to_device_check_catches_a_device_that_computes_other_bytes(t
     # The matrix shows the level as a column of its own.
     results = tmp_path / "results.jsonl"
     report = tmp_path / "report"
-    built = warm.run([sys.executable, "-m", "detconf.reports", "build", str(results), "--out", str(report)],
-                     cwd=ROOT, capture_output=True, text=True, timeout=300)
+    built = warm.reports("build", results, "--out", report, timeout=300)
     assert built.returncode == 0, built.stderr
     header = (report / "matrix.csv").read_text().splitlines()[0].split(",")
     assert "fakedev_skewed/error/d2d" in header

@@ -223,9 +223,8 @@ def test_certification_accepts_the_cells_that_do_not_apply(cublas_run, tmp_path)
     as_a_whole_plan_run(records)  # the small run stands for a certifiable one (see test_certify)
     copy = tmp_path / "results.jsonl"
     copy.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
-    made = warm.run([sys.executable, "-m", "detconf.reports", "certify", str(copy), "--out", str(tmp_path / "pkg"),
-                     "--product", "x86-64 CPU", "--vendor", "Example Inc.", *allow_this_machines_plugins(records[0])],
-                    cwd=ROOT, capture_output=True, text=True, timeout=300)
+    made = warm.reports("certify", copy, "--out", tmp_path / "pkg", "--product", "x86-64 CPU", "--vendor",
+                        "Example Inc.", *allow_this_machines_plugins(records[0]), timeout=300)
     assert made.returncode == 0, made.stdout + made.stderr
     code, lines = verify(str(tmp_path / "pkg"))
     assert code == 0 and "24 must-pass cases" in lines[-1], lines

@@ -231,6 +231,13 @@ def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None =
                                     "seconds": round(time.monotonic() - started, 3)}) + "\n")
 
 
+def reports(*args, cwd=ROOT, timeout: float | None = None, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
+    """``python -m detconf.reports ARGS`` (each argument as ``str``) in ``cwd``, its standard output
+    (unless ``stdout`` says otherwise) and error captured as text: :func:`run`."""
+    return run([sys.executable, "-m", "detconf.reports", *map(str, args)], cwd=cwd, stdout=stdout,
+               stderr=subprocess.PIPE, text=True, timeout=timeout)
+
+
 def _cold(cmd, cwd, env, timeout, stdout, stderr, text, fsize) -> subprocess.CompletedProcess:
     limit = None
     if fsize:

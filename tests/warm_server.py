@@ -165,10 +165,10 @@ def _preload(flavour: str, names: tuple[str, ...] = ()) -> tuple[list, list[str]
     early = sorted(name for name in sys.modules if name.split(".")[0] in NOT_PRELOADED)
     if early:
         raise SystemExit(f"tests/warm_server.py: the preload imported {', '.join(early)}, which must load in the child")
-    # pytest marks the modules of plugin distributions (Hypothesis, xdist, ...) for assertion
+    # pytest marks the modules of plugin distributions (Hypothesis's, ...) for assertion
     # rewriting and warns about those already imported; in a fresh interpreter they are not
     # imported yet. The marker pytest reads keeps a child's warnings summary the fresh one's.
-    for name in sorted(marked | {"hypothesis", "_hypothesis_globals"}):
+    for name in sorted(marked):
         module = sys.modules.get(name)
         if module is not None:
             module.__doc__ = (module.__doc__ or "") + "\n(PYTEST_DONT_REWRITE: imported by tests/warm_server.py)"
