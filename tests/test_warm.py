@@ -282,3 +282,15 @@ def test_a_forked_reports_command_answers_as_a_fresh_one_without_torch(tmp_path,
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert seen["torch"] is False and seen["repository_modules"] == [] and seen["path0"] == str(tmp_path)
     assert seen["argv"] == ["x"] and seen["name"] == "__main__" and str(folder) in seen["path"]
+
+
+def test_a_server_whose_preload_imports_xdist_refuses_to_start(tmp_path):
+    # xdist.plugin copies sys.path at import for the workers it starts: imported in a server, an
+    # inner -n run's workers would get the server's path, not the run's PYTHONPATH.
+    socket_path = tmp_path / "s"
+    out = subprocess.run([sys.executable, str(warm.SERVER), str(socket_path), "reports", "xdist.plugin"],
+                         cwd=warm.ROOT, env=warm.base_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr[-2000:]
+    [line] = out.stderr.splitlines()
+    assert line.startswith("tests/warm_server.py: the preload imported xdist, ") and "xdist.plugin" in line, line
+    assert not socket_path.exists()
