@@ -612,6 +612,9 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
     parent = hypothesis_settings or settings()
     cap = checks.example_cap(case.entry.source, case.entry.id) if is_check else None
     max_examples = min(parent.max_examples, cap) if cap else parent.max_examples
+    # A check whose draws have no smaller form keeps its first failing example (checks.check).
+    phases = parent.phases if not is_check or checks.shrinks(case.entry.source, case.entry.id) \
+        else tuple(p for p in parent.phases if p is not hypothesis.Phase.shrink)
 
     def keep(rec: Record) -> None:
         records.append(rec)
@@ -622,7 +625,8 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
         if rec.verdict in verdict.FAILING and rec.verdict != "not-reached":
             raise _NonConforming(rec.verdict)
 
-    @settings(parent, max_examples=max_examples, suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+    @settings(parent, max_examples=max_examples, phases=phases, suppress_health_check=list(HealthCheck),
+              report_multiple_bugs=False)
     @given(st.data())
     def explore(data: st.DataObject) -> None:
         nonlocal examples

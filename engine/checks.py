@@ -53,9 +53,12 @@ class CheckObservation:
 
 
 def check(entry_id: str, *, source: str, max_examples: int | None = None,
-          compiles: bool = False, device: str | None = None) -> Callable[[Check], Check]:
+          compiles: bool = False, device: str | None = None, shrinks: bool = True) -> Callable[[Check], Check]:
     """Register ``fn`` for an entry. ``max_examples`` caps the Hypothesis examples
     for checks whose every example costs seconds (fresh processes, compilation).
+    ``shrinks=False``: a failing example is kept as first seen, without Hypothesis's shrink
+    phase, for a check whose draws have no smaller form (a seed and a position in its stream:
+    a smaller seed is another example, not a smaller one) and whose every try costs seconds.
     ``compiles=True``: the check can observe its promise inside compiled code; under a compile
     setting it is called with ``compiler=`` (an :class:`engine.compiled.Compiler`).
     ``device``: the only device type the promise is about (``"cuda"`` for a cuBLAS note); the check
@@ -66,6 +69,7 @@ def check(entry_id: str, *, source: str, max_examples: int | None = None,
             fn.max_examples = max_examples
         fn.compiles = compiles
         fn.device = device
+        fn.shrinks = shrinks
         key = (source, entry_id)
         if key in _CHECKS and _CHECKS[key] is not fn:
             raise ValueError(f"two checks registered for {source}:{entry_id}")
@@ -90,6 +94,11 @@ def compiles(source: str, entry_id: str) -> bool:
 
 def example_cap(source: str, entry_id: str) -> int | None:
     return getattr(check_for(source, entry_id), "max_examples", None)
+
+
+def shrinks(source: str, entry_id: str) -> bool:
+    """Does Hypothesis shrink a failing example of the entry's check (``check(shrinks=)``)?"""
+    return bool(getattr(check_for(source, entry_id), "shrinks", True))
 
 
 def check_device(source: str, entry_id: str) -> str | None:

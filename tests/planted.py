@@ -112,6 +112,20 @@ def promise_broken(draw, entry, device, mode):
     return CheckObservation(held=draw(st.integers(0, 3)) > 10, observed="broken")
 
 
+#: The values ``planted.broken_*`` drew, in order: how many tries a failing case took.
+BROKEN_DRAWS: list[int] = []
+
+
+def _broken_from_1000(draw, entry, device, mode):
+    """Fails where a drawn number (shrinking towards 0) is 1000 or more: shrunk, exactly 1000."""
+    BROKEN_DRAWS.append(draw(st.integers(0, 2**30 - 1)))
+    return CheckObservation(held=BROKEN_DRAWS[-1] < 1000, observed="broken")
+
+
+check("planted.broken_shrinks", source="planted")(lambda *args: _broken_from_1000(*args))
+check("planted.broken_kept_as_seen", source="planted", shrinks=False)(lambda *args: _broken_from_1000(*args))
+
+
 # Reach ------------------------------------------------------------------------------------
 # The documented kernel here is ``aten.index_add`` (index_add_op sums rows at repeated indices).
 

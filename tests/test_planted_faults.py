@@ -146,6 +146,27 @@ def test_check_outcomes_go_through_the_one_verdict(check_id, mode, verdict, obse
         assert "ComplexHalf" in row["detail"]["unsupported"]
 
 
+def test_a_check_registered_without_shrinking_keeps_its_first_failing_example():
+    """``check(shrinks=False)``: the failing example is run once more (Hypothesis's replay) and
+    not shrunk; the same check registered as shrinking (the fault planted: the rule ignored) is
+    tried again and again towards a smaller draw."""
+    from detconf.engine.entry import Entry
+    from tests.planted import BROKEN_DRAWS
+
+    tries = {}
+    for check_id in ("planted.broken_kept_as_seen", "planted.broken_shrinks"):
+        BROKEN_DRAWS.clear()
+        entry = Entry(id=check_id, op=check_id, sentence="planted", promise="behaves", source="planted")
+        row = judge(Case(entry, "cpu", "error"), CPU, hypothesis_settings=FAST)
+        assert (row["verdict"], row["observed"]) == ("violated", "broken")
+        tries[check_id] = list(BROKEN_DRAWS)
+    kept = tries["planted.broken_kept_as_seen"]
+    first = next(i for i, value in enumerate(kept) if value >= 1000)
+    assert kept[first:] == [kept[first]] * 2 and kept[first] > 1000, kept  # first sight, then the replay
+    shrunk = tries["planted.broken_shrinks"]
+    assert len(shrunk) > shrunk.index(next(v for v in shrunk if v >= 1000)) + 2 and shrunk[-1] == 1000, shrunk
+
+
 # Reach: a verdict about a sentence is only true when the example reached its kernel ---------
 
 
