@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     failing = [line for line in out.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
     if failing:
         print("\nnot passed (pytest's short summary):", *(f"  {line[:300]}" for line in failing), sep="\n")
+    warned = warnings_summary(out.stdout)
+    if warned:
+        print("\npytest's warnings summary:", *(f"  {line[:300]}" for line in warned), sep="\n")
     print(f"\nthe {args.slowest} slowest test phases:")
     for seconds, phase, nodeid in sorted(rows, reverse=True)[:args.slowest]:
         print(f"  {seconds:7.2f} s  {phase:8s} {nodeid}")
@@ -93,6 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     for name, runs in sorted(files.items(), key=lambda kv: -sum(r["seconds"] for r in kv[1]))[:args.slowest]:
         print(f"  {sum(r['seconds'] for r in runs):8.1f} s  {len(runs):4d} runs  {name}")
     return 0 if out.returncode == 0 else 1
+
+
+def warnings_summary(stdout: str) -> list[str]:
+    """The lines of pytest's "warnings summary" section (empty where it printed none)."""
+    lines = stdout.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("=") and "warnings summary" in line), None)
+    if start is None:
+        return []
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")), len(lines))
+    return [line for line in lines[start + 1:end] if line.strip() and not line.startswith("-- Docs:")]
 
 
 if __name__ == "__main__":
