@@ -5,7 +5,8 @@
 The command (default: ``python -m pytest tests -n 2 -p no:cacheprovider -q``, README command 2
 with two workers) runs under the kernel's process accounting (``accton``, Debian's ``acct``
 package: every process's CPU time, parent and exit, whether or not it ran ``exec``) and under
-``strace -f -e trace=execve`` (the arguments of every ``exec``). Joined on the process id, each
+``strace -f -e trace=execve`` (the arguments of every ``exec``); with ``--keep DIR`` the
+command's output is kept there too (``output.txt``). Joined on the process id, each
 process is named by the command it ran, and a process that forked without ``exec`` (a pytest run
 forked from the harness tests' warm interpreter, a Chromium renderer) by its parent's command.
 Printed: the CPU seconds of each kind of process, most first, with how many there were.
@@ -110,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         subprocess.run(["accton", "off"], capture_output=True)
     tail = run.stdout.strip().splitlines()[-1:] or [""]
+    (folder / "output.txt").write_text(run.stdout, encoding="utf-8")
     rows = accounted(pacct)
     ranked = table(rows, execs(trace))
     total = sum(cpu for cpu, _, _ in ranked)
@@ -118,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'CPU s':>8} {'share':>6} {'count':>6}  process")
     for cpu, n, name in ranked[:args.top]:
         print(f"{cpu:8.1f} {100 * cpu / total if total else 0:5.1f}% {n:6d}  {name}")
-    if not args.keep:
+    if args.keep:
+        print(f"\nthe command's output, the accounting file and the trace: {folder}")
+    else:
         shutil.rmtree(folder, ignore_errors=True)
     return 0 if run.returncode == 0 else 1
 
