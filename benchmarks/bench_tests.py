@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slowest", type=int, default=20)
     p.add_argument("--cold", action="store_true", help="every inner pytest run in a fresh interpreter")
     p.add_argument("--inner-log", metavar="PATH", help="keep the inner runs' log there (a JSON line per run: "
-                   "test, warm, why, flavour, seconds)")
+                   "test, warm, why, flavour, seconds, command, cwd)")
     args = p.parse_args(own)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     log = Path(tempfile.mkdtemp(prefix="bench-tests-")) / "inner.jsonl"

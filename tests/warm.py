@@ -228,7 +228,8 @@ def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None =
                 f.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
                                     "warm": server is not None, "why": None if server else why,
                                     "flavour": form[0] if form else None,
-                                    "seconds": round(time.monotonic() - started, 3)}) + "\n")
+                                    "seconds": round(time.monotonic() - started, 3),
+                                    "command": [str(a) for a in cmd[1:]], "cwd": str(cwd)}) + "\n")
 
 
 def reports(*args, cwd=ROOT, timeout: float | None = None, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
