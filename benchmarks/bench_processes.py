@@ -13,7 +13,8 @@ Printed: the CPU seconds of each kind of process, most first, with how many ther
 
 ``strace`` costs CPU of its own (it is listed); compare kinds within one run, not a run with
 and without it. Needs root (``accton``), ``strace`` and ``dump-acct``: without them, one line and
-exit status 2.
+exit status 2. Process accounting is system-wide: the benchmark switches it on into its own file
+and off when the command ends (a machine that kept accounting on elsewhere must switch it back).
 """
 from __future__ import annotations
 

@@ -1,0 +1,64 @@
+"""``benchmarks/bench_processes.py``: CPU time per kind of process. Its accounting run needs root
+and switches the machine's process accounting on and off, so the tests here check what it makes
+of a trace and of accounting rows, and its one-line refusal; the whole run is measured by hand
+(docs/performance.md)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("bench_processes", ROOT / "benchmarks" / "bench_processes.py")
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+TRACE = """\
+100 execve("/usr/bin/python3", ["python3", "-m", "pytest", "tests"], 0x7ffd /* 40 vars */) = 0
+101 execve("/usr/bin/python3", ["python3", "-c", "import torch"], 0x7ffd /* 40 vars */) = 0
+102 execve("/usr/local/bin/gcc", ["gcc", "x.c"], 0x7ffd /* 40 vars */) = -1 ENOENT (No such file or directory)
+102 execve("/usr/bin/gcc", ["gcc", "/tmp/pytest-1/x.c", "-o", "/tmp/pytest-1/x"], 0x7ffd /* 40 vars */) = 0
+108 execve("/usr/bin/python3", ["python3", "x.py"], 0x7ffd /* 40 vars */) = 0
+108 execve("/nonexistent", ["nonexistent"], 0x7ffd /* 40 vars */) = -1 ENOENT (No such file or directory)
+103 execve("/usr/bin/python3", ["python3", "-c", "import sys; sys.path[:0] = ['/r']\\nfrom detconf.child import main\\nsys.exit(main())\\n", "detconf.conformance.isolated:judge_payload", "{}"], 0x7ffd /* 40 vars */) = 0
+"""
+
+
+def test_a_trace_names_each_process_by_its_last_successful_exec(tmp_path):
+    trace = tmp_path / "execve.txt"
+    trace.write_text(TRACE, encoding="utf-8")
+    seen = bench.execs(trace)
+    assert seen[100] == ["python3", "-m", "pytest", "tests"]
+    assert seen[102] == ["gcc", "/tmp/pytest-1/x.c", "-o", "/tmp/pytest-1/x"]  # not the failed first try
+    assert seen[108] == ["python3", "x.py"]  # a failed exec later leaves the process what it was
+    assert bench.kind(seen[102]) == "gcc /tmp/… -o /tmp/…"
+    assert bench.kind(seen[103]) == "python3 (detconf.child) detconf.conformance.isolated:judge_payload"
+
+
+def test_forks_count_as_their_parents_command_and_kinds_sum_their_processes(tmp_path):
+    trace = tmp_path / "execve.txt"
+    trace.write_text(TRACE, encoding="utf-8")
+    rows = [("python3", 30.0, 100, 1, ""), ("python3", 2.5, 101, 100, ""), ("python3", 1.0, 104, 100, "F"),
+            ("python3", 0.5, 105, 100, "F"), ("python3", 2.0, 106, 101, "F"), ("gcc", 0.25, 102, 100, ""),
+            ("sh", 0.1, 107, 1, "")]
+    ranked = bench.table(rows, bench.execs(trace))
+    assert ranked == [(30.0, 1, "python3 -m pytest tests"), (2.5, 1, "python3 -c import torch"),
+                      (2.0, 1, "fork of python3 -c import torch"), (1.5, 2, "fork of python3 -m pytest tests"),
+                      (0.25, 1, "gcc /tmp/… -o /tmp/…"), (0.1, 1, "sh (exec not traced)")]
+
+
+@pytest.mark.parametrize("missing", ["accton", "dump-acct", "strace"])
+def test_without_a_tool_it_says_which_in_one_line(missing, monkeypatch, capsys):
+    real = bench.shutil.which
+    monkeypatch.setattr(bench.shutil, "which", lambda name: None if name == missing else real(name) or f"/bin/{name}")
+    assert bench.main(["--top", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"bench_processes: error: {missing} is not installed"), err
+
+
+def test_without_root_it_says_so_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(bench.shutil, "which", lambda name: f"/bin/{name}")
+    monkeypatch.setattr(bench.os, "geteuid", lambda: 1000)
+    assert bench.main([]) == 2
+    assert capsys.readouterr().err == "bench_processes: error: process accounting (accton) needs root\n"
