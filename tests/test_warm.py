@@ -31,6 +31,9 @@ def pytest_sessionfinish(session):
     import hypothesis.configuration as hc
     where = hc.storage_directory("x")
     _seen["hypothesis_home"] = str(getattr(where, "home_directory", None) or os.path.dirname(str(where)))
+    configure = sys.modules["detconf.plugin.configure"]
+    _seen["plugin_loader"] = type(configure.__loader__).__name__
+    _seen["plugin_code"] = [configure.pytest_configure.__code__.co_filename, configure.__cached__]
     with open(os.environ["PROBE_OUT"], "w") as f:
         json.dump(_seen, f)
     if os.environ.get("PROBE_KILL"):
@@ -77,8 +80,58 @@ def test_a_forked_run_answers_as_a_fresh_interpreter_and_sees_the_same_process(t
     assert "warnings summary" not in warm_out.stdout, warm_out.stdout[-2000:]  # none that a fresh run lacks
     for seen, name in ((warm_seen, "w"), (cold_seen, "c")):
         assert seen.pop("marker") == name and seen.pop("extra_on_path") is True
+    # The forked child's repository modules run the code the server compiled from the same files
+    # (warm_server.PrecompiledFinder); a fresh interpreter compiles or reads them itself.
+    assert (warm_seen.pop("plugin_loader"), cold_seen.pop("plugin_loader")) == ("PrecompiledLoader", "SourceFileLoader")
     assert warm_seen == cold_seen  # argv, sys.path[0], folder, limits, no repository module before the plugin
     assert warm_seen["repository_modules"] == [] and warm_seen["path0"] == str(ROOT)
+
+
+def _warm_server_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("warm_server_under_test", warm.SERVER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_precompiled_module_is_compiled_again_once_its_file_changed(tmp_path, monkeypatch):
+    """The server's compiled code stands for a file only while the file's size and modification
+    time are the ones it compiled (the check a bytecode file gets); then the file is read again.
+    The compiled code is planted (another value than the file's) to tell the two apart."""
+    server = _warm_server_module()
+    package = tmp_path / "precompiled_probe_pkg"
+    package.mkdir()
+    source = package / "__init__.py"
+    source.write_text("VALUE = 'from the file'\n", encoding="utf-8")
+    compiled = server.compile_sources([str(package)])
+    assert list(compiled) == [str(source)]
+    mtime, size, _ = compiled[str(source)]
+    compiled[str(source)] = (mtime, size, compile("VALUE = 'as compiled'\n", str(source), "exec"))
+    finder = server.PrecompiledFinder(compiled)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    finder.install()
+    try:
+        module = __import__("precompiled_probe_pkg")
+        assert (module.VALUE, type(module.__loader__).__name__) == ("as compiled", "PrecompiledLoader")
+        del sys.modules["precompiled_probe_pkg"]
+        source.write_text("VALUE = 'changed since'\n", encoding="utf-8")
+        assert __import__("precompiled_probe_pkg").VALUE == "changed since"
+    finally:
+        sys.modules.pop("precompiled_probe_pkg", None)
+
+
+def test_the_server_compiles_the_repositorys_packages_but_the_tests(tmp_path):
+    server = _warm_server_module()
+    folders = [Path(f).name for f in server.repository_packages()]
+    assert {"detconf", "engine", "conformance", "plugin", "reports"} <= set(folders) and "tests" not in folders
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "bad.py").write_text("def (:\n", encoding="utf-8")
+    (broken / "good.py").write_text("X = 1\n", encoding="utf-8")
+    assert list(server.compile_sources([str(broken)])) == [str(broken / "good.py")]  # bad.py fails where imported
 
 
 @pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
