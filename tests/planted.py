@@ -122,6 +122,7 @@ def _broken_from_1000(draw, entry, device, mode):
     return CheckObservation(held=BROKEN_DRAWS[-1] < 1000, observed="broken")
 
 
+# check() keeps its options on the function it registers: a function object for each.
 check("planted.broken_shrinks", source="planted")(lambda *args: _broken_from_1000(*args))
 check("planted.broken_kept_as_seen", source="planted", shrinks=False)(lambda *args: _broken_from_1000(*args))
 

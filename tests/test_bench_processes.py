@@ -4,15 +4,14 @@ of a trace and of accounting rows, and its one-line refusal; the whole run is me
 (docs/performance.md)."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from tests.by_path import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("bench_processes", ROOT / "benchmarks" / "bench_processes.py")
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+bench = load_script(ROOT / "benchmarks" / "bench_processes.py", "bench_processes")
 
 TRACE = """\
 100 execve("/usr/bin/python3", ["python3", "-m", "pytest", "tests"], 0x7ffd /* 40 vars */) = 0

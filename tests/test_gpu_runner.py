@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from detconf import gpurun
+from tests.by_path import load_script
 from tests.environments import see_this_interpreters_packages
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -312,12 +313,7 @@ def test_an_unusable_cache_folder_is_said_and_not_set(tmp_path, monkeypatch):
 
 
 def _probes():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_probes", ROOT / "scripts" / "gpu_probes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "scripts" / "gpu_probes.py", "gpu_probes")
 
 
 def test_the_probes_see_a_raise_a_warning_and_runs_that_differ():

@@ -18,6 +18,7 @@ from detconf.conformance.plan import Case
 from detconf.engine import comparison, program, runner
 from detconf.engine.devices import backends
 from detconf.engine.trace import reached
+from tests.by_path import load_script
 from tests.emulated_gpu import emulated_cuda, round_to_tf32
 from tests.planted import planted_entry
 
@@ -439,11 +440,7 @@ def test_the_emulated_duplicate_writes_race_only_with_the_mode_off():
 
 
 def test_the_probes_ask_each_class_the_emulation_models():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_probes", Path(__file__).resolve().parents[1] / "scripts" / "gpu_probes.py")
-    probes = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probes)
+    probes = load_script(Path(__file__).resolve().parents[1] / "scripts" / "gpu_probes.py", "gpu_probes")
     facts = probes.emulation("cpu")
     classes = {key.split(".")[0] for key in facts}
     assert classes == {"tf32", "winner", "stream", "signs", "shuffle", "alerts", "routes"}, facts

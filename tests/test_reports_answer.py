@@ -353,15 +353,13 @@ def test_the_rebuild_keeps_each_commands_exit_status_output_and_refusal(tmp_path
     """scripts/rebuild_published.py runs every command as a child of one launcher (the imports made
     once): a command's output is its own, ``diff`` may exit 1, and any other failure stops the
     rebuild naming the table, the command and its status."""
-    import importlib.util
     from pathlib import Path
 
+    from tests.by_path import load_script
     from tests.test_hostile_reports import good_file
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("rebuild_published_under_test", root / "scripts" / "rebuild_published.py")
-    rp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rp)
+    rp = load_script(root / "scripts" / "rebuild_published.py", "rebuild_published_under_test")
     good = good_file(tmp_path)
     worse = tmp_path / "worse.jsonl"
     worse.write_text(good.read_text().replace('"verdict": "conforms"', '"verdict": "nondeterministic"', 1))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests import warm
+from tests.by_path import load_script
 from tests.test_hostile_plugin import _env, runs_in
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,12 +89,7 @@ def test_a_forked_run_answers_as_a_fresh_interpreter_and_sees_the_same_process(t
 
 
 def _warm_server_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("warm_server_under_test", warm.SERVER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(warm.SERVER, "warm_server_under_test")
 
 
 def test_a_precompiled_module_is_compiled_again_once_its_file_changed(tmp_path, monkeypatch):

@@ -11,8 +11,8 @@ sets, which a first C++ compile works out), and forks a child that takes
 the command's folder, environment, standard streams and file-size limit and runs ``python -m
 pytest ARGS`` there. The suite, its plugin and every probe plugin a test adds are imported in the
 child, as in a fresh process (the repository's modules from code the server compiled from their
-unchanged files: no compiling them again in each child where no bytecode files are written); the child exits, is killed and writes files as its own process. It
-leaves as the interpreter does after ``SystemExit`` (threads waited for, ``atexit`` run, streams
+unchanged files: no compiling them again in each child where no bytecode files are written); the
+child exits, is killed and writes files as its own process. It leaves as the interpreter does after ``SystemExit`` (threads waited for, ``atexit`` run, streams
 flushed) but skips the teardown of every module after that (0.3 s of each run on a 2-core machine):
 ``warm_server._exit``.
 

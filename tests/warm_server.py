@@ -27,10 +27,10 @@ probes a test adds load in the child, as they would in a fresh process). The ser
 (``PYTHONDONTWRITEBYTECODE``), compile it again. The parent reports the child's pid, then its
 exit status; it leaves when the test process that started it is gone.
 
-Nothing here imports the repository (it reads and compiles its files): this file runs by path, and the child's ``sys.path`` is the
-one the interpreter would give (``-m``: the folder first, then ``PYTHONPATH``; ``-I SCRIPT``: the
-script's folder before Python 3.11, where ``-I`` implies ``-P``, nothing from 3.11 on; then the
-interpreter's own).
+Nothing here imports the repository (it reads and compiles its files): this file runs by path,
+and the child's ``sys.path`` is the one the interpreter would give (``-m``: the folder first, then
+``PYTHONPATH``; ``-I SCRIPT``: the script's folder before Python 3.11, where ``-I`` implies
+``-P``, nothing from 3.11 on; then the interpreter's own).
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ import socket
 import struct
 import sys
 import warnings
+from importlib.machinery import PathFinder, SourceFileLoader
 
 
 def _frame(sock: socket.socket, payload: dict) -> None:
@@ -134,6 +135,12 @@ def _vector_isas() -> None:
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _stamp(path: str) -> tuple[int, int]:
+    """What a bytecode file's check compares: the source's modification time and size."""
+    stat = os.stat(path)
+    return stat.st_mtime_ns, stat.st_size
+
+
 def compile_sources(folders: list[str]) -> dict[str, tuple[int, int, object]]:
     """Every Python file under ``folders``, compiled as the import system compiles a source file
     (``compile(bytes, path, "exec", dont_inherit=True)``): {path: (mtime in ns, size, code)}.
@@ -150,8 +157,7 @@ def compile_sources(folders: list[str]) -> dict[str, tuple[int, int, object]]:
                 try:
                     with open(path, "rb") as f:
                         data = f.read()
-                    stat = os.stat(path)
-                    compiled[path] = (stat.st_mtime_ns, stat.st_size, compile(data, path, "exec", dont_inherit=True))
+                    compiled[path] = (*_stamp(path), compile(data, path, "exec", dont_inherit=True))
                 except (OSError, SyntaxError, ValueError):
                     continue
     return compiled
@@ -163,46 +169,43 @@ def repository_packages() -> list[str]:
             if d != "tests" and not d.startswith(".") and os.path.isfile(os.path.join(ROOT, d, "__init__.py"))]
 
 
+class PrecompiledLoader(SourceFileLoader):
+    """A source file's loader whose code, while the file is unchanged since the server compiled
+    it, is the server's compiled code; else the file is read and compiled as usual."""
+
+    def __init__(self, fullname: str, path: str, compiled: dict[str, tuple[int, int, object]]):
+        super().__init__(fullname, path)
+        self.compiled = compiled
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        known = self.compiled.get(path)
+        try:
+            if known is not None and _stamp(path) == known[:2]:
+                return known[2]
+        except OSError:
+            pass
+        return super().get_code(fullname)
+
+
 class PrecompiledFinder:
-    """Finds modules as the path finder does; where the file found is one the server compiled and
-    it is unchanged since (its size and modification time), the module's code is that compiled
-    code. A child without bytecode files (``PYTHONDONTWRITEBYTECODE``: none are written) then
-    does not compile the suite's modules again from their sources in every run; with them, the
-    code is the same that a fresh interpreter would read or compile."""
+    """Finds modules as the path finder does, and gives a file the server compiled a
+    :class:`PrecompiledLoader`. A child without bytecode files (``PYTHONDONTWRITEBYTECODE``: none
+    are written) then does not compile the suite's modules again from their sources in every run;
+    the code is the same that a fresh interpreter would read or compile."""
 
     def __init__(self, compiled: dict[str, tuple[int, int, object]]):
-        from importlib.machinery import PathFinder, SourceFileLoader
-
         self.compiled = compiled
-        self._path_finder = PathFinder
-
-        class PrecompiledLoader(SourceFileLoader):
-            def get_code(loader, fullname):
-                path = loader.get_filename(fullname)
-                known = compiled.get(path)
-                if known is not None:
-                    try:
-                        stat = os.stat(path)
-                    except OSError:
-                        stat = None
-                    if stat is not None and (stat.st_mtime_ns, stat.st_size) == known[:2]:
-                        return known[2]
-                return super().get_code(fullname)
-
-        self.loader_class = PrecompiledLoader
-        self._source_loader = SourceFileLoader
 
     def find_spec(self, fullname, path=None, target=None):
-        spec = self._path_finder.find_spec(fullname, path, target)
-        if spec is not None and type(spec.loader) is self._source_loader and spec.origin in self.compiled:
-            spec.loader = self.loader_class(spec.loader.name, spec.loader.path)
+        spec = PathFinder.find_spec(fullname, path, target)
+        if spec is not None and type(spec.loader) is SourceFileLoader and spec.origin in self.compiled:
+            spec.loader = PrecompiledLoader(spec.loader.name, spec.loader.path, self.compiled)
         return spec
 
     def install(self) -> None:
         """Before the path finder in ``sys.meta_path`` (pytest's assertion rewriter, inserted first
         later, still comes before it)."""
-        from importlib.machinery import PathFinder
-
         where = sys.meta_path.index(PathFinder) if PathFinder in sys.meta_path else len(sys.meta_path)
         sys.meta_path.insert(where, self)
 
@@ -361,8 +364,9 @@ def _exit(code) -> None:
 def main(path: str, flavour: str, names: tuple[str, ...] = ()) -> None:
     filters, base = _preload(flavour, names)
     # The suite's runs and the reports commands import the repository's modules in the child: from
-    # code compiled here once (0.40-0.65 s of a forked two-case run compiling them from source,
-    # 0.19-0.24 s from bytecode, on the 2-core sandbox). Not for -I scripts, which import none.
+    # code compiled here once (the plugin's 61 modules took 0.40-0.65 s to import from source,
+    # 0.19-0.24 s from bytecode, after torch, on the 2-core sandbox). Not for -I scripts, which
+    # import none.
     finder = PrecompiledFinder(compile_sources(repository_packages())) if flavour != "isolated" else None
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with open(path + ".names", "w", encoding="utf-8") as f:
