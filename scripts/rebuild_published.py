@@ -99,11 +99,18 @@ TABLES: dict[str, list[tuple[str, list[str], str | None]]] = {
 #: files and exits with the status ``python -m`` would give (threads waited for, ``atexit`` run,
 #: streams flushed; not the teardown of pandas, pyarrow and matplotlib that follows, about 0.25 s
 #: a command), and answers ``{"code": N}`` (N < 0: killed by signal -N). Each command still runs in a process of its own; only the imports (pandas, pyarrow,
-#: matplotlib: most of a small table's time) are made once. Standard input closed: it exits.
+#: and the matplotlib modules ``reports.picture`` imports when it draws: most of a small table's
+#: time) are made once. Standard input closed: it exits.
 _SERVE = ("import sys, os, json, importlib; sys.path[0] = sys.argv.pop(1); package = sys.argv.pop(1)\n"
           "main = importlib.import_module(package + '.__main__').main\n"
           "for kind in sys.argv[1:]:\n"
           "    importlib.import_module(package + '.' + kind)\n"
+          "for name in ('matplotlib', *('matplotlib.' + m for m in ('figure', 'colors', 'lines', 'patches',\n"
+          "                                                      'backends.backend_agg'))):\n"
+          "    try:\n"
+          "        importlib.import_module(name)  # what reports.picture imports when it draws\n"
+          "    except ImportError:\n"
+          "        break\n"
           "for line in sys.stdin:\n"
           "    request = json.loads(line)\n"
           "    sys.stdout.flush(); sys.stderr.flush()\n"

@@ -304,7 +304,8 @@ def test_an_isolated_script_whose_imports_could_differ_runs_cold(tmp_path, plant
 
 @pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
 def test_a_forked_reports_command_answers_as_a_fresh_one_without_torch(tmp_path, monkeypatch):
-    """``python -m detconf.reports``, forked from the ``reports`` server (NumPy, pandas, pyarrow):
+    """``python -m detconf.reports``, forked from the ``reports`` server (NumPy, pandas, pyarrow,
+    matplotlib):
     a probe module run the same way sees the argv, ``sys.path``, folder and modules a fresh
     interpreter gives it (torch not imported, nothing of the repository); and the reports' own
     one-line error is the fresh one's, with its exit status."""
@@ -343,3 +344,114 @@ def test_a_server_whose_preload_imports_xdist_refuses_to_start(tmp_path):
     [line] = out.stderr.splitlines()
     assert line.startswith("tests/warm_server.py: the preload imported xdist, ") and "xdist.plugin" in line, line
     assert not socket_path.exists()
+
+
+# -- xdist's workers of a forked run -----------------------------------------------------------
+
+WORKER_PROBE = '''
+import json, os, sys
+_seen = {
+    "argv": list(sys.argv), "orig_argv": sys.orig_argv[1:], "cwd": os.getcwd(), "marker": os.environ.get("WARM_MARKER"),
+    "dont_write_bytecode": sys.dont_write_bytecode, "stderr_write_through": sys.stderr.write_through,
+    "main": sorted(k for k in vars(sys.modules["__main__"]) if not k.startswith("__")),
+    "repository_modules": sorted(m for m in sys.modules if m.split(".")[0] in ("detconf", "tests", "conformance")),
+    "path": [p.replace(os.environ["PROBE_DIR"], "<probe>") for p in sys.path],
+    "planted": os.environ.get("OMP_NUM_THREADS"), "cache": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+}
+def pytest_configure(config):
+    if not hasattr(config, "workerinput") and os.environ.get("PLANT_ENV"):
+        # the controller changes a variable before its workers start
+        os.environ[os.environ["PLANT_ENV"]] = "3"
+def pytest_sessionfinish(session):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        import hypothesis.configuration as hc
+        where = hc.storage_directory("x")
+        _seen["hypothesis_home"] = str(getattr(where, "home_directory", None) or os.path.dirname(str(where)))
+        with open(os.environ["PROBE_OUT"] + "." + worker, "w") as f:
+            json.dump(_seen, f)
+'''
+
+
+def _worker_probe(tmp_path: Path, name: str, *, cold: bool, plant: str | None = None) -> tuple[list[dict], list[dict]]:
+    """A one-worker run with a probe plugin: what its worker saw, and the log's lines of its workers."""
+    folder = tmp_path / f"probe-{name}"
+    folder.mkdir()
+    (folder / "worker_probe.py").write_text(WORKER_PROBE, encoding="utf-8")
+    log = tmp_path / f"{name}.log"
+    extra = {"PYTHONPATH": str(folder), "PROBE_DIR": str(folder), "PROBE_OUT": str(tmp_path / f"{name}.json"),
+             "WARM_MARKER": name, "DETCONF_TESTS_WARM_LOG": str(log), **({"PLANT_ENV": plant} if plant else {})}
+    args = [a if a != "0" else "1" for a in TWO]  # -n 1
+    out = warm.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-p", "worker_probe",
+                    *args, "--results", str(tmp_path / f"{name}.jsonl")], env=_env(extra), timeout=240,
+                   capture_output=True, text=True, cold=cold)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    seen = [json.loads((tmp_path / f"{name}.json.gw0").read_text())]
+    lines = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return seen, [line for line in lines if line["flavour"] == "xdist-worker"]
+
+
+@pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
+def test_the_workers_of_a_forked_run_are_forked_and_see_what_fresh_workers_see(tmp_path):
+    """A forked ``-n 1`` run's worker comes from its zygote (warm_server._workers_from): it sees
+    the interpreter's arguments, path, folder, environment, ``__main__`` and streams that a worker
+    started by execnet as ``python -u -c ...`` sees, with nothing of the repository imported
+    before its plugins load. The fresh worker to compare with: a run whose controller sets a
+    variable read while torch imports (``OMP_NUM_THREADS``) before its worker starts, which the
+    zygote's imports did not see: that worker starts as execnet starts it."""
+    warm_seen, warm_lines = _worker_probe(tmp_path, "w", cold=False)
+    fresh_seen, fresh_lines = _worker_probe(tmp_path, "f", cold=False, plant="OMP_NUM_THREADS")
+    assert [(line["warm"], line["why"]) for line in warm_lines] == [(True, None)]
+    assert [(line["warm"], line["why"]) for line in fresh_lines] == [(False, "environment: OMP_NUM_THREADS")]
+    assert (warm_seen[0].pop("planted"), fresh_seen[0].pop("planted")) == (None, "3")
+    for seen, name in ((warm_seen, "w"), (fresh_seen, "f")):
+        assert seen[0].pop("marker") == name
+        assert seen[0].pop("hypothesis_home") == str(ROOT / ".hypothesis")
+    assert warm_seen[0]["orig_argv"][:2] == ["-u", "-c"] and warm_seen[0]["argv"] == ["-c"]
+    assert warm_seen == fresh_seen
+
+
+@pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
+def test_a_worker_whose_compile_cache_folder_changed_is_forked(tmp_path):
+    """The compile cache folder is read when a kernel is compiled, not at import: the plugin
+    points it at the run's own folder before the workers start, and they are forked all the same."""
+    seen, lines = _worker_probe(tmp_path, "cache", cold=False, plant="TORCHINDUCTOR_CACHE_DIR")
+    assert [(line["warm"], line["why"]) for line in lines] == [(True, None)]
+    assert seen[0]["cache"] == "3"
+
+
+ZYGOTE = '''
+import json, signal, sys, warnings
+sys.path.insert(0, sys.argv[1])
+from tests.by_path import load_script
+server = load_script(sys.argv[2], "warm_server_zygote")
+zygote, env, cwd = server._zygote(list(warnings.filters), list(sys.path), None)
+echo = server.ForkedWorker([sys.executable, "-u", "-c", "import sys; line = sys.stdin.readline(); "
+                            "sys.stdout.write(line.upper()); sys.stdout.flush(); sys.exit(int(line.split()[1]))"], zygote)
+running = echo.poll()
+echo.stdin.write(b"status 7\\n")
+echo.stdin.flush()
+answer = echo.stdout.readline().decode()
+slow = server.ForkedWorker([sys.executable, "-u", "-c", "import time; time.sleep(60)"], zygote)
+slow.kill()
+print(json.dumps({"running": running, "answer": answer, "status": echo.wait(timeout=30),
+                  "killed": slow.wait(timeout=30), "pids": echo.pid != slow.pid}))
+'''
+
+
+def test_the_zygote_forks_workers_with_their_pipes_and_reports_each_exit_status(tmp_path):
+    """``ForkedWorker`` is what execnet keeps of a worker's process: its pipes carry the worker's
+    streams, ``poll`` is None while it runs, ``wait`` gives its exit status, ``kill`` kills it."""
+    out = subprocess.run([sys.executable, "-c", ZYGOTE, str(ROOT), str(warm.SERVER)], cwd=tmp_path,
+                         env=warm.base_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == {"running": None, "answer": "STATUS 7\n", "status": 7,
+                                                       "killed": -9, "pids": True}
+
+
+@pytest.mark.parametrize("args,starts", [
+    (["-n", "2"], True), (["-n", "auto"], True), (["-n2"], True), (["--numprocesses=3"], True),
+    (["--numprocesses", "4"], True), (["-n", "0"], False), (["-n0"], False), (["-q", "-k", "n"], False),
+    (["--", "-n", "2"], False), ([], False)])
+def test_which_arguments_start_workers(args, starts):
+    assert _warm_server_module().starts_workers(args) is starts

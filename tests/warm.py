@@ -16,8 +16,13 @@ child exits, is killed and writes files as its own process. It leaves as the int
 flushed) but skips the teardown of every module after that (0.3 s of each run on a 2-core machine):
 ``warm_server._exit``.
 
+A forked run that asks for xdist's workers (``-n N``) gets them forked too, from a process it
+forks before pytest starts (``warm_server._workers_from``): each worker is the ``python -u -c``
+line execnet starts, in the run's folder and environment of that moment, unless the run changed a
+variable read at import (:data:`IMPORT_TIME`) before starting it (then execnet starts it).
+
 Two more kinds of command are forked the same way, each from a server of its own flavour:
-``python -m detconf.reports ARGS`` (a server that imported NumPy, pandas and pyarrow, not torch)
+``python -m detconf.reports ARGS`` (a server that imported NumPy, pandas, pyarrow and matplotlib, not torch)
 and ``python -I SCRIPT ARGS`` (a server started with ``-I`` that imported the modules the caller
 names in ``imports``: those the script imports itself whatever it does, torch and its compiler's
 modules for the ``detconf.reports upstream`` scripts; a server per list; without ``imports`` a
@@ -273,7 +278,10 @@ def _forked(server: _Server, cmd, form: dict, cwd, env, timeout, stdout, stderr,
     opened.append(stdin)
     out_fd = target(stdout, "stdout")
     err_fd = out_fd if stderr is subprocess.STDOUT else target(stderr, "stderr")
-    request = json.dumps({**form, "cwd": os.fspath(cwd), "env": env, "fsize": fsize}).encode()
+    # import_time: a pytest child that starts xdist's workers forks them too, where their
+    # environment leaves these variables as the child had them (warm_server._workers_from)
+    request = json.dumps({**form, "cwd": os.fspath(cwd), "env": env, "fsize": fsize, "import_time": list(IMPORT_TIME),
+                          "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]}).encode()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     chunks = {name: bytearray() for name in readers.values()}
     try:

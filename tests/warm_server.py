@@ -9,8 +9,8 @@ socket. The flavours:
   the pytest plugins of installed distributions but xdist's, and the report's libraries (pandas,
   pyarrow, matplotlib: a run whose process holds them builds its report itself, without a
   standby builder); then it asks Inductor for the CPU's vector instruction sets (``_vector_isas``);
-- ``reports``: ``python -m detconf.reports ARGS``: NumPy, pandas and pyarrow, not torch (the
-  reports read results files only);
+- ``reports``: ``python -m detconf.reports ARGS``: NumPy, pandas, pyarrow and the matplotlib
+  modules of the matrix's picture, not torch (the reports read results files only);
 - ``isolated``: ``python -I SCRIPT ARGS`` for the torch-only scripts of ``detconf.reports
   upstream``: started with ``-I`` itself, it imports the modules its caller names, those every such
   script imports itself (torch, and for a compiling script Dynamo and Inductor's configuration,
@@ -25,7 +25,8 @@ probes a test adds load in the child, as they would in a fresh process). The ser
 ``compile_sources``), and its child imports a file unchanged since from that code
 (``PrecompiledFinder``), where a fresh interpreter would read its bytecode file or, without one
 (``PYTHONDONTWRITEBYTECODE``), compile it again. The parent reports the child's pid, then its
-exit status; it leaves when the test process that started it is gone.
+exit status; it leaves when the test process that started it is gone. A ``pytest`` child whose
+arguments ask for xdist's workers forks them too (``_workers_from``, below).
 
 Nothing here imports the repository (it reads and compiles its files): this file runs by path,
 and the child's ``sys.path`` is the one the interpreter would give (``-m``: the folder first, then
@@ -89,7 +90,10 @@ PRELOAD = {
     "pytest": ("numpy", "torch", "torch._inductor.config", "hypothesis", "pytest", "pandas", "pyarrow",
                "pyarrow.compute", "pyarrow.json", "matplotlib", "matplotlib.figure", "matplotlib.colors",
                "matplotlib.lines", "matplotlib.patches", "matplotlib.backends.backend_agg"),
-    "reports": ("numpy", "pandas", "pyarrow", "pyarrow.compute", "pyarrow.json"),
+    # The reports: and the matplotlib modules reports.picture imports when it draws a matrix
+    # (about 0.6 s of CPU a build on the 2-core sandbox).
+    "reports": ("numpy", "pandas", "pyarrow", "pyarrow.compute", "pyarrow.json", "matplotlib", "matplotlib.figure",
+                "matplotlib.colors", "matplotlib.lines", "matplotlib.patches", "matplotlib.backends.backend_agg"),
     "isolated": (),  # the caller's list, after the flavour on the command line
 }
 
@@ -268,23 +272,16 @@ def _preload(flavour: str, names: tuple[str, ...] = ()) -> tuple[list, list[str]
     return filters, base
 
 
-def _child(request: dict, fds: list[int], filters: list, base: list[str],
-           finder: PrecompiledFinder | None = None) -> None:
-    """Become ``python -m MODULE ARGS`` (or ``python -I SCRIPT ARGS``) in the caller's folder,
-    environment and streams."""
+def _fresh(request: dict, fds: list[int], filters: list, finder: PrecompiledFinder | None) -> None:
+    """What a fresh interpreter would have: the caller's standard streams, folder, environment and
+    file-size limit, its own temporary folder, Hypothesis folder and NumPy stream, the warning
+    filters and signal handlers of an interpreter's start."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    script = request.get("script")
-    if script is not None:  # -I: no PYTHONPATH; the script's folder first only before Python 3.11 (-P)
-        first = [] if SAFE_PATH else [os.path.dirname(os.path.abspath(script))]
-        sys.path[:] = [*first, *base]
-    else:
-        extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-        sys.path[:] = [os.getcwd(), *(os.path.abspath(p) for p in extra), *base]
     if request.get("fsize"):
         import resource
 
@@ -309,11 +306,25 @@ def _child(request: dict, fds: list[int], filters: list, base: list[str],
         registry = getattr(module, "__warningregistry__", None)
         if isinstance(registry, dict):
             registry.clear()
-    if finder is not None:
+    if finder is not None and finder not in sys.meta_path:
         finder.install()
     for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _child(request: dict, fds: list[int], filters: list, base: list[str],
+           finder: PrecompiledFinder | None = None) -> None:
+    """Become ``python -m MODULE ARGS`` (or ``python -I SCRIPT ARGS``) in the caller's folder,
+    environment and streams."""
+    _fresh(request, fds, filters, finder)
+    script = request.get("script")
+    if script is not None:  # -I: no PYTHONPATH; the script's folder first only before Python 3.11 (-P)
+        first = [] if SAFE_PATH else [os.path.dirname(os.path.abspath(script))]
+        sys.path[:] = [*first, *base]
+    else:
+        extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:] = [os.getcwd(), *(os.path.abspath(p) for p in extra), *base]
     import runpy
 
     if script is not None:
@@ -322,10 +333,344 @@ def _child(request: dict, fds: list[int], filters: list, base: list[str],
         runpy.run_path(script, run_name="__main__")
         sys.exit(0)  # the end of the script: the interpreter's own exit, status 0
     module = request["module"]
+    if module == "pytest" and "import_time" in request and starts_workers(request["args"]):
+        _workers_from(_zygote(filters, base, finder), request)
     sys.argv = ["-m", *request["args"]]  # as the interpreter has it until runpy names the module's file
     sys.orig_argv = [sys.executable, "-m", module, *request["args"]]
     runpy.run_module(module, run_name="__main__", alter_sys=True)  # SystemExit ends the process
     sys.exit(0)
+
+
+# ----------------------------------------------------------------------------- xdist's workers
+#
+# A run with ``-n N`` starts its workers as xdist does, through execnet: ``python -u -c "import
+# sys;exec(eval(sys.stdin.readline()))"`` with pipes for its standard input and output, then
+# execnet's bootstrap sent down the pipe. Each such interpreter imports torch again (3-4 s of CPU
+# on the 2-core sandbox, and Inductor's answer about the CPU's vector instruction sets, which a
+# compiling worker works out in its run's own cache). A child whose arguments ask for workers
+# forks a *zygote* before pytest starts: a process in the state the child had then (the server's
+# imports, the caller's folder and environment; no pytest session, no plugin, nothing of the
+# repository imported). The child's execnet asks it for each worker; the worker it forks takes
+# the pipes, the caller's standard error, folder and environment of that moment and runs the
+# ``-c`` line as a fresh ``python -u -c`` does. A worker whose environment differs from the
+# zygote's in a variable read at import (``import_time``, the caller's list, but the compile cache
+# folders, which are read when a kernel is compiled), or whose folder or ``PYTHONPATH`` changed,
+# starts as execnet starts it. ``sys.flags`` stay the server's (``-u`` and ``-B`` act on the
+# standard streams and ``sys.dont_write_bytecode``, where a worker's code sees them).
+
+#: Variables read when they are used, not at import, which the plugin sets before its workers
+#: start: the compile cache folders (a run's own), read when a kernel is compiled, and cuBLAS's
+#: workspace setting, read when CUDA initialises (the zygote has not).
+READ_WHEN_USED = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUBLAS_WORKSPACE_CONFIG")
+
+
+def starts_workers(args: list[str]) -> bool:
+    """Whether pytest ``args`` ask xdist for workers (``-n N``, ``-nN``, ``--numprocesses[=]N``,
+    N not 0). Anything else (``PYTEST_ADDOPTS``, an ini file's ``addopts``) starts them as
+    execnet does."""
+    for k, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg in ("-n", "--numprocesses"):
+            value = args[k + 1] if k + 1 < len(args) else "0"
+        elif arg.startswith("--numprocesses="):
+            value = arg.split("=", 1)[1]
+        elif arg.startswith("-n") and not arg.startswith("--"):
+            value = arg[2:].lstrip("=")
+        else:
+            continue
+        if value not in ("0", ""):
+            return True
+    return False
+
+
+def _read_frame(sock: socket.socket, want_fds: int = 0) -> tuple[dict | None, list[int]]:
+    """One length-prefixed JSON frame (None at the end of the stream) and the descriptors that
+    came with its first bytes."""
+    if want_fds:
+        data, fds, _, _ = socket.recv_fds(sock, 1 << 20, want_fds)
+    else:
+        data, fds = sock.recv(1 << 20), []
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    while len(data) < 4:
+        data += _exact(sock, 4 - len(data))
+    size = struct.unpack("!I", data[:4])[0]
+    message = data[4:] + _exact(sock, 4 + size - len(data))
+    return json.loads(message), fds
+
+
+def _zygote(filters: list, base: list[str], finder: PrecompiledFinder | None) -> tuple[socket.socket, dict, str]:
+    """Fork the zygote; return the socket to ask it for workers, the environment and the folder it
+    has."""
+    mine, its = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        its.close()
+        return mine, dict(os.environ), os.getcwd()
+    mine.close()
+    try:
+        null = os.open(os.devnull, os.O_RDWR)  # the run's streams are its own: a worker gets them per request
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+        _serve_workers(its, filters, base, finder)
+    finally:
+        os._exit(0)
+
+
+def _serve_workers(control: socket.socket, filters: list, base: list[str], finder: PrecompiledFinder | None) -> None:
+    """The zygote: fork a worker per request, report its pid and then its exit status on the
+    socket that came with the request; leave once the run closed ``control`` and every worker
+    has ended. Signals meant for the run (Ctrl-C, ``kill`` of its process group) are not its."""
+    import selectors
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    reporters: dict[int, socket.socket] = {}
+    sel = selectors.DefaultSelector()
+    sel.register(control, selectors.EVENT_READ)
+    sel.register(wake_r, selectors.EVENT_READ)
+    listening = True
+    while listening or reporters:
+        for key, _ in sel.select():
+            if key.fileobj is control:
+                try:
+                    request, fds = _read_frame(control, 4)
+                except (EOFError, OSError):
+                    request, fds = None, []
+                if request is None:
+                    listening = False
+                    sel.unregister(control)
+                    control.close()
+                    continue
+                reporter = socket.socket(fileno=fds[3])
+                pid = os.fork()
+                if pid == 0:
+                    signal.set_wakeup_fd(-1)
+                    sel.close()
+                    for fd in (wake_r, wake_w):
+                        os.close(fd)
+                    for sock in (control, reporter, *reporters.values()):
+                        sock.close()
+                    _worker(request, fds[:3], filters, base, finder)  # never returns
+                for fd in fds[:3]:
+                    os.close(fd)
+                reporters[pid] = reporter
+                try:
+                    _frame(reporter, {"pid": pid})
+                except OSError:
+                    pass
+            else:
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+        while reporters:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            reporter = reporters.pop(pid, None)
+            if reporter is not None:
+                code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                try:
+                    _frame(reporter, {"returncode": code})
+                except OSError:
+                    pass
+                reporter.close()
+
+
+def _worker(request: dict, fds: list[int], filters: list, base: list[str], finder: PrecompiledFinder | None) -> None:
+    """Become ``python -u [-B] -c LINE`` (execnet's bootstrap line) with the request's streams,
+    folder and environment; never return."""
+    try:
+        try:
+            _fresh(request, fds, filters, finder)
+            extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+            sys.path[:] = ["", *(os.path.abspath(p) for p in extra), *base]  # -c: the folder, as ''
+            flags, code = request["args"][:-2], request["args"][-1]
+            if "-B" in flags:
+                sys.dont_write_bytecode = True
+            for stream in (sys.stdout, sys.stderr):  # -u
+                stream.reconfigure(write_through=True)
+            sys.argv = ["-c"]
+            sys.orig_argv = [sys.executable, *request["args"]]
+            import types
+
+            main = types.ModuleType("__main__")
+            main.__dict__["__builtins__"] = __builtins__
+            sys.modules["__main__"] = main
+            exec(compile(code, "<string>", "exec"), main.__dict__)
+            sys.exit(0)
+        except SystemExit as exc:
+            _exit(exc.code)
+    except BaseException:  # noqa: BLE001 - as an interpreter ends on an uncaught exception
+        import traceback
+
+        traceback.print_exc()
+        try:
+            sys.stderr.flush()
+        finally:
+            os._exit(1)
+
+
+class ForkedWorker:
+    """What execnet keeps of a worker's process (``Popen2IOMaster.popen``): its pipes, pid, and
+    ``wait``, ``poll``, ``kill``, as ``subprocess.Popen`` has them; the exit status comes from the
+    zygote, whose child the worker is."""
+
+    def __init__(self, args: list[str], zygote: socket.socket):
+        self.args = args
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        self._status, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        request = json.dumps({"args": args[1:], "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+        try:
+            socket.send_fds(zygote, [struct.pack("!I", len(request)) + request], [stdin_r, stdout_w, 2, theirs.fileno()])
+        finally:
+            for fd in (stdin_r, stdout_w):
+                os.close(fd)
+            theirs.close()
+        self.stdin = os.fdopen(stdin_w, "wb")
+        self.stdout = os.fdopen(stdout_r, "rb")
+        self.stderr = None
+        self.returncode: int | None = None
+        first, _ = _read_frame(self._status)
+        if first is None:
+            raise OSError("the zygote of xdist's workers is gone")
+        self.pid = first["pid"]
+
+    def _status_frame(self, timeout: float | None) -> None:
+        self._status.settimeout(timeout)
+        try:
+            frame, _ = _read_frame(self._status)
+        except (socket.timeout, BlockingIOError):  # no status yet
+            return
+        except (EOFError, OSError):
+            frame = None
+        self.returncode = frame["returncode"] if frame else -signal.SIGKILL  # the zygote ended first
+        self._status.close()
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._status_frame(0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self._status_frame(timeout)
+            if self.returncode is None:
+                import subprocess
+
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def _workers_from(zygote: tuple[socket.socket, dict, str], request: dict) -> None:
+    """Have this process's execnet, once imported, ask ``zygote`` for each popen worker it starts
+    with this interpreter, unless the worker's environment or folder could make its imports
+    differ (then as execnet does). Each decision is a line in ``DETCONF_TESTS_WARM_LOG``."""
+    sock, env, cwd = zygote
+    prefixes = tuple(request["import_time"])
+    test = request.get("test", "")
+
+    def why_cold(args) -> str | None:
+        from execnet.gateway_io import popen_bootstrapline
+
+        if not (isinstance(args, list) and args[:1] == [sys.executable] and args[-2:] == ["-c", popen_bootstrapline]
+                and set(args[1:-2]) <= {"-u", "-B"} and "-u" in args):
+            return "not execnet's popen line with this interpreter"
+        now = dict(os.environ)
+        changed = sorted(k for k in set(now) | set(env) if now.get(k) != env.get(k)
+                         and k.startswith(prefixes) and k not in READ_WHEN_USED)
+        if changed:
+            return "environment: " + ", ".join(changed)
+        if os.getcwd() != cwd:
+            return "another folder"
+        return None
+
+    def patch(module) -> None:
+        original = module.Popen2IOMaster.__init__
+
+        def __init__(self, args, execmodel):
+            why = why_cold(args)
+            popen = None
+            if why is None:
+                try:
+                    popen = ForkedWorker(list(args), sock)
+                except OSError as exc:
+                    why = f"the zygote: {exc}"
+            log = os.environ.get("DETCONF_TESTS_WARM_LOG")
+            if log:
+                with open(log, "a", encoding="utf-8") as f:
+                    f.write(json.dumps({"test": test, "warm": popen is not None, "why": why,
+                                        "flavour": "xdist-worker", "seconds": 0.0, "command": list(args[1:]),
+                                        "cwd": os.getcwd()}) + "\n")
+            if popen is None:
+                original(self, args, execmodel)
+                return
+            self.popen = popen
+            module.Popen2IO.__init__(self, popen.stdin, popen.stdout, execmodel=execmodel)
+
+        module.Popen2IOMaster.__init__ = __init__
+
+    sys.meta_path.insert(0, _AfterImport("execnet.gateway_io", patch))
+
+
+class _AfterImport:
+    """A finder that finds ``name`` as the finders after it do, and calls ``then(module)`` once
+    the module has run."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, then = spec.loader, self.then
+
+        class Loader:
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                loader.exec_module(module)
+                then(module)
+
+        spec.loader = Loader()
+        return spec
 
 
 def _exit(code) -> None:
