@@ -449,6 +449,20 @@ def test_the_zygote_forks_workers_with_their_pipes_and_reports_each_exit_status(
                                                        "killed": -9, "pids": True}
 
 
+def test_a_frame_is_read_without_the_next_one():
+    """A worker that ends at once: its pid and its exit status are both in the socket when the
+    pid is read, and the status must still be there for ``wait``."""
+    import socket
+
+    server = _warm_server_module()
+    a, b = socket.socketpair()
+    with a, b:
+        server._frame(b, {"pid": 12})
+        server._frame(b, {"returncode": 3})
+        b.shutdown(socket.SHUT_WR)
+        assert [server._read_frame(a)[0] for _ in range(3)] == [{"pid": 12}, {"returncode": 3}, None]
+
+
 @pytest.mark.parametrize("args,starts", [
     (["-n", "2"], True), (["-n", "auto"], True), (["-n2"], True), (["--numprocesses=3"], True),
     (["--numprocesses", "4"], True), (["-n", "0"], False), (["-n0"], False), (["-q", "-k", "n"], False),

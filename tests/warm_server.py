@@ -353,8 +353,8 @@ def _child(request: dict, fds: list[int], filters: list, base: list[str],
 # repository imported). The child's execnet asks it for each worker; the worker it forks takes
 # the pipes, the caller's standard error, folder and environment of that moment and runs the
 # ``-c`` line as a fresh ``python -u -c`` does. A worker whose environment differs from the
-# zygote's in a variable read at import (``import_time``, the caller's list, but the compile cache
-# folders, which are read when a kernel is compiled), or whose folder or ``PYTHONPATH`` changed,
+# zygote's in a variable read at import (``import_time``, the caller's list, but those read when
+# used: ``READ_WHEN_USED``), or whose folder or ``PYTHONPATH`` changed,
 # starts as execnet starts it. ``sys.flags`` stay the server's (``-u`` and ``-B`` act on the
 # standard streams and ``sys.dont_write_bytecode``, where a worker's code sees them).
 
@@ -387,19 +387,18 @@ def starts_workers(args: list[str]) -> bool:
 def _read_frame(sock: socket.socket, want_fds: int = 0) -> tuple[dict | None, list[int]]:
     """One length-prefixed JSON frame (None at the end of the stream) and the descriptors that
     came with its first bytes."""
+    # No byte past this frame is read: the next one (a worker's exit status after its pid) stays
+    # in the socket for the next call.
     if want_fds:
-        data, fds, _, _ = socket.recv_fds(sock, 1 << 20, want_fds)
+        data, fds, _, _ = socket.recv_fds(sock, 4, want_fds)
     else:
-        data, fds = sock.recv(1 << 20), []
+        data, fds = sock.recv(4), []
     if not data:
         for fd in fds:
             os.close(fd)
         return None, []
-    while len(data) < 4:
-        data += _exact(sock, 4 - len(data))
-    size = struct.unpack("!I", data[:4])[0]
-    message = data[4:] + _exact(sock, 4 + size - len(data))
-    return json.loads(message), fds
+    data += _exact(sock, 4 - len(data))
+    return json.loads(_exact(sock, struct.unpack("!I", data)[0])), fds
 
 
 def _zygote(filters: list, base: list[str], finder: PrecompiledFinder | None) -> tuple[socket.socket, dict, str]:
@@ -548,7 +547,10 @@ class ForkedWorker:
         self.stdout = os.fdopen(stdout_r, "rb")
         self.stderr = None
         self.returncode: int | None = None
-        first, _ = _read_frame(self._status)
+        try:
+            first, _ = _read_frame(self._status)
+        except EOFError:
+            first = None
         if first is None:
             raise OSError("the zygote of xdist's workers is gone")
         self.pid = first["pid"]
