@@ -51,6 +51,17 @@ def _frame(sock: socket.socket, payload: dict) -> None:
     sock.sendall(struct.pack("!I", len(data)) + data)
 
 
+def _report_exit(sock: socket.socket, status: int) -> None:
+    """Send a child's exit status as ``subprocess`` gives it (-N: killed by signal N), then close
+    ``sock``; a caller that is gone is no error."""
+    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    try:
+        _frame(sock, {"returncode": code})
+    except OSError:
+        pass
+    sock.close()
+
+
 def _exact(sock: socket.socket, size: int) -> bytes:
     data = b""
     while len(data) < size:
@@ -484,12 +495,7 @@ def _serve_workers(control: socket.socket, filters: list, base: list[str], finde
                 break
             reporter = reporters.pop(pid, None)
             if reporter is not None:
-                code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-                try:
-                    _frame(reporter, {"returncode": code})
-                except OSError:
-                    pass
-                reporter.close()
+                _report_exit(reporter, status)
 
 
 def _worker(request: dict, fds: list[int], filters: list, base: list[str], finder: PrecompiledFinder | None) -> None:
@@ -758,13 +764,7 @@ def main(path: str, flavour: str, names: tuple[str, ...] = ()) -> None:
         for fd in fds:
             os.close(fd)
         _frame(conn, {"pid": pid})
-        _, status = os.waitpid(pid, 0)
-        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        try:
-            _frame(conn, {"returncode": code})
-        except OSError:
-            pass
-        conn.close()
+        _report_exit(conn, os.waitpid(pid, 0)[1])
 
 
 if __name__ == "__main__":
