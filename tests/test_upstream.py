@@ -43,6 +43,11 @@ def _run_script(path: Path, cwd: Path) -> dict:
     imports itself whatever it does (``tests/warm.py``): those of its opening imports, and where it
     compiles those ``torch.compile`` imports (Dynamo and Inductor's configuration, and Inductor's
     compiler for that backend)."""
+    return _result(_run_isolated(path, cwd))
+
+
+def _run_isolated(path: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """``python -I path`` as :func:`_run_script` runs it; it must exit 0."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     # Inductor compiles in the script's own process: no pool of compile workers, each importing
     # torch, beside the two scripts that run at once (the compiled code is the same).
@@ -50,6 +55,11 @@ def _run_script(path: Path, cwd: Path) -> dict:
     proc = warm.run([sys.executable, "-I", str(path)], cwd=cwd, env=env, capture_output=True, text=True,
                     timeout=600, imports=_script_imports(path.read_text(encoding="utf-8")))
     assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def _result(proc: subprocess.CompletedProcess) -> dict:
+    """The script's RESULT line."""
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     assert line, proc.stdout[-2000:]
     return json.loads(line[-1][len("RESULT "):])
@@ -382,11 +392,9 @@ def test_a_fill_script_calls_the_op_eight_times_on_memory_it_dirtied_and_a_fille
     assert "CALLS = 8" in script and "dirty(nbytes)" in script and "0x3C" in script
     path = tmp_path / "repro.py"
     path.write_text(script, encoding="utf-8")
-    proc = warm.run([sys.executable, "-I", str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                    env={k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}, imports=("torch",))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = _run_isolated(path, tmp_path)
     assert "observed in 8 calls: " + repr(["filled-nan"] * 8) in proc.stdout, proc.stdout
-    result = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    result = _result(proc)
     assert (result["observed"], result["verdict"]) == ("filled-nan", "conforms")
 
 

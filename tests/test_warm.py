@@ -373,7 +373,7 @@ def pytest_sessionfinish(session):
 '''
 
 
-def _worker_probe(tmp_path: Path, name: str, *, cold: bool, plant: str | None = None) -> tuple[list[dict], list[dict]]:
+def _worker_probe(tmp_path: Path, name: str, plant: str | None = None) -> tuple[list[dict], list[dict]]:
     """A one-worker run with a probe plugin: what its worker saw, and the log's lines of its workers."""
     folder = tmp_path / f"probe-{name}"
     folder.mkdir()
@@ -384,7 +384,7 @@ def _worker_probe(tmp_path: Path, name: str, *, cold: bool, plant: str | None = 
     args = [a if a != "0" else "1" for a in TWO]  # -n 1
     out = warm.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-p", "worker_probe",
                     *args, "--results", str(tmp_path / f"{name}.jsonl")], env=_env(extra), timeout=240,
-                   capture_output=True, text=True, cold=cold)
+                   capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     seen = [json.loads((tmp_path / f"{name}.json.gw0").read_text())]
     lines = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
@@ -399,8 +399,8 @@ def test_the_workers_of_a_forked_run_are_forked_and_see_what_fresh_workers_see(t
     before its plugins load. The fresh worker to compare with: a run whose controller sets a
     variable read while torch imports (``OMP_NUM_THREADS``) before its worker starts, which the
     zygote's imports did not see: that worker starts as execnet starts it."""
-    warm_seen, warm_lines = _worker_probe(tmp_path, "w", cold=False)
-    fresh_seen, fresh_lines = _worker_probe(tmp_path, "f", cold=False, plant="OMP_NUM_THREADS")
+    warm_seen, warm_lines = _worker_probe(tmp_path, "w")
+    fresh_seen, fresh_lines = _worker_probe(tmp_path, "f", plant="OMP_NUM_THREADS")
     assert [(line["warm"], line["why"]) for line in warm_lines] == [(True, None)]
     assert [(line["warm"], line["why"]) for line in fresh_lines] == [(False, "environment: OMP_NUM_THREADS")]
     assert (warm_seen[0].pop("planted"), fresh_seen[0].pop("planted")) == (None, "3")
@@ -415,7 +415,7 @@ def test_the_workers_of_a_forked_run_are_forked_and_see_what_fresh_workers_see(t
 def test_a_worker_whose_compile_cache_folder_changed_is_forked(tmp_path):
     """The compile cache folder is read when a kernel is compiled, not at import: the plugin
     points it at the run's own folder before the workers start, and they are forked all the same."""
-    seen, lines = _worker_probe(tmp_path, "cache", cold=False, plant="TORCHINDUCTOR_CACHE_DIR")
+    seen, lines = _worker_probe(tmp_path, "cache", plant="TORCHINDUCTOR_CACHE_DIR")
     assert [(line["warm"], line["why"]) for line in lines] == [(True, None)]
     assert seen[0]["cache"] == "3"
 

@@ -324,6 +324,11 @@ def _fresh(request: dict, fds: list[int], filters: list, finder: PrecompiledFind
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _pythonpath(env: dict) -> list[str]:
+    """The folders ``env``'s ``PYTHONPATH`` puts on ``sys.path``, as the interpreter puts them."""
+    return [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
 def _child(request: dict, fds: list[int], filters: list, base: list[str],
            finder: PrecompiledFinder | None = None) -> None:
     """Become ``python -m MODULE ARGS`` (or ``python -I SCRIPT ARGS``) in the caller's folder,
@@ -334,8 +339,7 @@ def _child(request: dict, fds: list[int], filters: list, base: list[str],
         first = [] if SAFE_PATH else [os.path.dirname(os.path.abspath(script))]
         sys.path[:] = [*first, *base]
     else:
-        extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-        sys.path[:] = [os.getcwd(), *(os.path.abspath(p) for p in extra), *base]
+        sys.path[:] = [os.getcwd(), *_pythonpath(request["env"]), *base]
     import runpy
 
     if script is not None:
@@ -504,8 +508,7 @@ def _worker(request: dict, fds: list[int], filters: list, base: list[str], finde
     try:
         try:
             _fresh(request, fds, filters, finder)
-            extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-            sys.path[:] = ["", *(os.path.abspath(p) for p in extra), *base]  # -c: the folder, as ''
+            sys.path[:] = ["", *_pythonpath(request["env"]), *base]  # -c: the folder, as ''
             flags, code = request["args"][:-2], request["args"][-1]
             if "-B" in flags:
                 sys.dont_write_bytecode = True
@@ -738,15 +741,12 @@ def main(path: str, flavour: str, names: tuple[str, ...] = ()) -> None:
             continue
         conn.settimeout(None)
         try:
-            data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)  # the streams come with the first bytes
-            while len(data) < 4:
-                data += _exact(conn, 4 - len(data))
-            size = struct.unpack("!I", data[:4])[0]
-            message = data[4:] + _exact(conn, 4 + size - len(data))
+            request, fds = _read_frame(conn, 3)  # the streams come with the first bytes
         except (EOFError, OSError):
+            request = None
+        if request is None:
             conn.close()
             continue
-        request = json.loads(message)
         if request.get("stop"):
             conn.close()
             break
