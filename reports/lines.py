@@ -4,6 +4,8 @@ into line spans (numpy over the bytes), with the limits every line is held to (l
 
 from __future__ import annotations
 
+import io
+import os
 import re
 from dataclasses import dataclass
 from typing import Iterator
@@ -156,16 +158,32 @@ def newline_after(data: Chunk, ends: np.ndarray) -> np.ndarray:
     return out
 
 
+def _size(f) -> int | None:
+    """The size of the open file ``f`` now (None: it has none to tell)."""
+    try:
+        return os.fstat(f.fileno()).st_size
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        return None
+
+
 def read_chunks(f, buffer) -> Iterator[tuple[Chunk | None, int]]:
     """``(chunk, offset)`` for consecutive chunks of whole lines of a file, each read straight
     into a buffer from ``buffer(size)``; the chunk is None where a line longer than
     MAX_LINE_BYTES starts."""
     carry = b""
     offset = 0
+    known = _size(f)  # the file's size as last seen; a read never asks for much more than is left
     while True:
-        buf = buffer(len(carry) + CHUNK_BYTES)
+        taken = offset + len(carry)  # bytes read so far
+        if known is not None and taken >= known:
+            known = _size(f)  # at the end as last seen: the file may have grown since
+        # A step of CHUNK_BYTES, or what is left of the file and a byte more (that byte shows
+        # the end, or that it grew): a small file is read into a buffer of its size, not into
+        # one of CHUNK_BYTES, which costs as much to make (zeroed) as a small file to parse.
+        step = CHUNK_BYTES if known is None else min(CHUNK_BYTES, max(known - taken, 0) + 1)
+        buf = buffer(len(carry) + step)
         buf[:len(carry)] = carry
-        size = len(carry) + f.readinto(memoryview(buf)[len(carry):len(carry) + CHUNK_BYTES])
+        size = len(carry) + f.readinto(memoryview(buf)[len(carry):len(carry) + step])
         if size == len(carry):  # end of file
             if carry:
                 yield Chunk(buf, size), offset

@@ -159,7 +159,9 @@ def read_file(path: str | os.PathLike, want_fingerprints: bool = False, pool=Non
         for k, buf in enumerate(free):
             if len(buf) >= size:
                 return free.pop(k)
-        return bytearray(max(size, lines_mod.CHUNK_BYTES + (1 << 20)))
+        if size < lines_mod.CHUNK_BYTES:  # a small file, or the last part of one: its size
+            return bytearray(size)
+        return bytearray(max(size, lines_mod.CHUNK_BYTES + (1 << 20)))  # room for the next chunk's carry too
 
     def collect() -> None:
         nonlocal lines_before

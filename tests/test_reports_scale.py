@@ -117,6 +117,45 @@ def test_published_results_read_the_same_both_ways_and_in_small_chunks(monkeypat
     assert _read([path], monkeypatch, fast=True, chunk=20_000, threads=1) == reference
 
 
+def _chunks(path: Path, grow: bytes = b"") -> tuple[bytes, list[int]]:
+    """The bytes ``read_chunks`` gives for ``path``, and the buffer size of each of its reads;
+    ``grow`` is appended to the file after the first read (a run still writing it)."""
+    sizes: list[int] = []
+
+    def buffer(size: int) -> bytearray:
+        sizes.append(size)
+        if len(sizes) == 2 and grow:
+            with open(path, "ab") as f:
+                f.write(grow)
+        return bytearray(size)
+
+    with open(path, "rb") as f:
+        got = b"".join(bytes(chunk.buf[:chunk.size]) for chunk, _ in lines_mod.read_chunks(f, buffer))
+    return got, sizes
+
+
+def test_a_small_file_is_read_into_a_buffer_of_its_size_and_a_growing_one_to_its_end(tmp_path):
+    """A 10 kB results file is read with buffers of its size and a byte more (one of CHUNK_BYTES,
+    32 MiB zeroed, cost five times the parse of such a file); lines appended while it is read are
+    read too; a file larger than a chunk is still read in chunks of CHUNK_BYTES."""
+    path = tmp_path / "r.jsonl"
+    data = lines(run_record(), *(result(f"op_{i}", position=i) for i in range(20)))
+    path.write_bytes(data)
+    got, sizes = _chunks(path)
+    assert got == data and 10_000 < len(data) < 20_000
+    assert max(sizes) <= len(data) + 1, sizes
+    more = lines(result("op_late", position=99))
+    got, sizes = _chunks(path, grow=more)
+    assert got == data + more and max(sizes) <= len(data) + len(more) + 1, sizes
+    path.write_bytes(data[:-1])  # no newline at the end: the last line comes whole all the same
+    assert _chunks(path)[0] == data[:-1]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(lines_mod, "CHUNK_BYTES", 4096)
+        path.write_bytes(data)
+        got, sizes = _chunks(path)
+        assert got == data and sizes[0] == 4096 and len(sizes) > 3
+
+
 def test_small_chunks_name_the_right_line_of_a_late_error(tmp_path, monkeypatch):
     records = [run_record()] + [result(f"op_{i}", position=i) for i in range(300)]
     records[250] = dict(records[250], verdict="great")

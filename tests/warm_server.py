@@ -98,16 +98,25 @@ PRELOAD = {
     # (plugin/standby.py) instead of starting a builder that would import them again.
     # The pytest plugins of installed distributions (Hypothesis's, ...; not xdist's: NOT_PRELOADED)
     # follow, as pytest loads them at its start (_plugin_modules).
+    # jsonschema: the suite checks its data files against their schemas at every start (33 ms
+    # of import on the 2-core sandbox); jinja2 and tabulate: the report's HTML page and its
+    # Markdown table (35 ms).
     "pytest": ("numpy", "torch", "torch._inductor.config", "hypothesis", "pytest", "pandas", "pyarrow",
                "pyarrow.compute", "pyarrow.json", "matplotlib", "matplotlib.figure", "matplotlib.colors",
-               "matplotlib.lines", "matplotlib.patches", "matplotlib.backends.backend_agg"),
+               "matplotlib.lines", "matplotlib.patches", "matplotlib.backends.backend_agg", "jsonschema",
+               "jsonschema.exceptions", "jinja2", "markupsafe", "tabulate"),
     # The reports: and the matplotlib modules reports.picture imports when it draws a matrix
     # (about 0.6 s of CPU a build on the 2-core sandbox).
     "reports": ("numpy", "pandas", "pyarrow", "pyarrow.compute", "pyarrow.json", "matplotlib", "matplotlib.figure",
-                "matplotlib.colors", "matplotlib.lines", "matplotlib.patches", "matplotlib.backends.backend_agg"),
+                "matplotlib.colors", "matplotlib.lines", "matplotlib.patches", "matplotlib.backends.backend_agg",
+                "jinja2", "markupsafe", "tabulate"),
     "isolated": (),  # the caller's list, after the flavour on the command line
 }
 
+
+#: Of those, the ones a run may lack (``requirements-base.txt`` names them, a GPU machine's image
+#: may not have them yet): left out of the preload when they cannot be imported.
+OPTIONAL = ("jsonschema", "jsonschema.exceptions", "jinja2", "markupsafe", "tabulate")
 
 #: Plugin packages left to the child: ``xdist.plugin`` copies ``sys.path`` when it is imported and
 #: gives that copy to the workers it starts, who would then lack the child's ``PYTHONPATH``.
@@ -250,7 +259,11 @@ def _preload(flavour: str, names: tuple[str, ...] = ()) -> tuple[list, list[str]
             # error) prints none of that.
             if flavour == "pytest" and name == "torch._inductor.config" and importlib.util.find_spec("triton"):
                 continue
-            importlib.import_module(name)
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                if name not in OPTIONAL:
+                    raise
         if "torch._inductor.config" in sys.modules and (flavour == "pytest" or "torch._inductor.compile_fx" in names):
             path = list(sys.path)
             _vector_isas()
