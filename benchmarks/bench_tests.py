@@ -9,8 +9,9 @@ tests that failed or errored (pytest's short summary lines), the
 ``--slowest`` slowest test phases (setup, call, teardown: pytest's own ``--durations`` lines), the
 summed durations per test file, largest first, and the inner runs the tests made (``python -m
 pytest``, ``python -m detconf.reports``, ``python -I`` scripts): how many were forked from a warm
-interpreter (``tests/warm.py``), per kind, and how many ran cold, and why; and how many xdist
-workers of forked ``-n`` runs were forked too (``tests/warm_server.py``). ``--cold``: every inner run cold (``DETCONF_TESTS_COLD=1``), as before the warm runner;
+interpreter (``tests/warm.py``), per kind, and how many ran cold, and why; how many xdist
+workers of forked ``-n`` runs were forked too, and how many of ``detconf.child``'s processes
+(``tests/warm_server.py``). ``--cold``: every inner run cold (``DETCONF_TESTS_COLD=1``), as before the warm runner;
 ``--inner-log PATH``: keep the inner runs' log (the time per test file is printed either way).
 Asserts nothing; quote the figures with the machine and its load.
 """
@@ -76,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copyfile(log, args.inner_log)
     shutil.rmtree(log.parent, ignore_errors=True)
     workers = [r for r in inner if r.get("flavour") == "xdist-worker"]  # a line each, when it starts
-    inner = [r for r in inner if r.get("flavour") != "xdist-worker"]
+    children = [r for r in inner if r.get("flavour") == "child"]  # detconf.child's processes, a line each
+    inner = [r for r in inner if r.get("flavour") not in ("xdist-worker", "child")]
     forked = [r for r in inner if r["warm"]]
     print(f"\ninner runs: {len(forked)} forked warm ({sum(r['seconds'] for r in forked):.1f} s), "
           f"{len(inner) - len(forked)} cold ({sum(r['seconds'] for r in inner if not r['warm']):.1f} s)")
@@ -95,6 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     reasons = sorted({r["why"] for r in workers if not r["warm"]})
     print(f"  xdist workers of forked -n runs: {sum(r['warm'] for r in workers)} forked, "
           f"{sum(not r['warm'] for r in workers)} started by execnet{': ' if reasons else ''}{'; '.join(reasons)}")
+    started = defaultdict(int)
+    for r in children:
+        if not r["warm"]:
+            started[r["why"]] += 1
+    print(f"  detconf.child's processes: {sum(r['warm'] for r in children)} forked, "
+          f"{len(children) - sum(r['warm'] for r in children)} started fresh"
+          + "".join(f"; {n} {why}" for why, n in sorted(started.items(), key=lambda kv: -kv[1])))
     files: dict[str, list] = defaultdict(list)
     for r in inner:
         files[r["test"].split("::")[0] or "(outside a test)"].append(r)

@@ -10,6 +10,10 @@ import os
 import pytest
 
 from detconf.engine.determinism import capture_state
+from tests import warm
+
+# detconf.child's fresh processes forked from a warm interpreter where they may be (tests/warm.py)
+warm.fork_children()
 
 
 # Variables pytest, Hypothesis and torch itself set on first use (Inductor records a pointer on

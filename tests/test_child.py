@@ -9,8 +9,17 @@ from pathlib import Path
 import pytest
 
 from detconf.child import Child, ChildFailed, run_in_child, start_child
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_processes():
+    """These tests judge detconf.child's own start: its processes are not forked here
+    (tests/warm.py), as nowhere outside the harness's tests."""
+    with warm.children_cold():
+        yield
 
 TARGETS = '''
 import errno

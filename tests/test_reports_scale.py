@@ -441,3 +441,17 @@ def test_a_helper_that_crashes_is_named(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match=r"standin\.spans: ValueError: bad spans file"):
         build([PUBLISHED[0]], tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_small_file_benchmark_prints_a_line_per_size_and_refuses_bad_input():
+    proc = subprocess.run([sys.executable, "benchmarks/bench_small_loads.py", "--rows", "3", "30", "--repeat", "2"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = proc.stdout.splitlines()[-2:]
+    assert [line.split()[0] for line in rows] == ["3", "30"] and all(line.count(" ms") == 2 for line in rows), rows
+    for bad in (["--rows", "0"], ["--repeat", "x"]):
+        refused = subprocess.run([sys.executable, "benchmarks/bench_small_loads.py", *bad], cwd=REPO,
+                                 capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 2 and refused.stdout == "", refused
+        [line] = refused.stderr.splitlines()
+        assert line.startswith("bench_small_loads: error: ")

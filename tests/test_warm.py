@@ -2,6 +2,7 @@
 process a fresh interpreter would be, and a command the fork could answer differently runs cold."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -469,3 +470,137 @@ def test_a_frame_is_read_without_the_next_one():
     (["--", "-n", "2"], False), ([], False)])
 def test_which_arguments_start_workers(args, starts):
     assert _warm_server_module().starts_workers(args) is starts
+
+
+# ----------------------------------------------------------------------------- detconf.child's processes
+
+CHILD_TARGETS = '''
+import os, sys
+
+
+def seen(payload):
+    text = sys.stdin.read() if payload.get("read") else None
+    return {"argv": sys.argv, "path": sys.path[:3], "cwd": os.getcwd(), "var": os.environ.get("WARM_CHILD_VAR"),
+            "stdin": text, "main": sys.modules["__main__"].__name__, "parent": os.getppid(), "pid": os.getpid()}
+
+
+def dies(payload):
+    print("going", file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(7)
+'''
+
+
+@pytest.fixture
+def child_targets(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "lib"
+    (folder / "warmchildprobe").mkdir(parents=True)
+    (folder / "warmchildprobe" / "__init__.py").write_text(CHILD_TARGETS)
+    monkeypatch.setenv("WARM_CHILD_VAR", "set")
+    return folder
+
+
+def _child_lines(log: Path, target: str) -> list[dict]:
+    lines = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return [r for r in lines if r["flavour"] == "child" and r["command"] == [target]]
+
+
+@pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
+def test_a_forked_child_process_answers_as_a_fresh_one(child_targets, tmp_path, monkeypatch):
+    """detconf.child's process, forked from this test process's server: the same argv, path, folder,
+    environment, standard input and result as one detconf.child starts itself; its parent is the
+    server, where the fresh one's is this process (so it was forked)."""
+    from detconf import child
+
+    log = tmp_path / "warm.jsonl"
+    monkeypatch.setenv("DETCONF_TESTS_WARM_LOG", str(log))
+
+    def ask():
+        proc = child.Child("warmchildprobe:seen", {"read": True}, path=(child_targets,), cwd=tmp_path, stdin=True)
+        proc.proc.stdin.write("to the child\n")
+        return proc.result(timeout=120)
+
+    forked = ask()
+    with warm.children_cold():
+        fresh = ask()
+    assert [r["warm"] for r in _child_lines(log, "warmchildprobe:seen")] == [True, False]
+    assert fresh["parent"] == os.getpid() != forked["parent"] and forked["pid"] != fresh["pid"]
+    for result in (forked, fresh):
+        del result["parent"], result["pid"]
+    assert forked == fresh
+    assert fresh["stdin"] == "to the child\n" and fresh["var"] == "set" and fresh["cwd"] == str(tmp_path)
+    # an exit without a result: the same failure, status and last line of standard error
+    failures = []
+    for cold in (False, True):
+        with warm.children_cold() if cold else contextlib.nullcontext():
+            with pytest.raises(child.ChildFailed) as raised:
+                child.Child("warmchildprobe:dies", None, path=(child_targets,)).result(timeout=120)
+        failures.append((str(raised.value), raised.value.reason))
+    assert failures[0] == failures[1] and "exited with 7" in failures[0][0] and failures[0][1] == "going"
+
+
+@pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
+def test_forked_child_processes_run_side_by_side_and_a_timeout_kills_one(child_targets, tmp_path, monkeypatch):
+    """The server forks a second child while the first waits for its standard input; a child
+    that outlives its timeout is killed, as detconf.child kills its own."""
+    from detconf import child
+
+    log = tmp_path / "warm.jsonl"
+    monkeypatch.setenv("DETCONF_TESTS_WARM_LOG", str(log))
+    waiting = child.Child("warmchildprobe:seen", {"read": True}, path=(child_targets,), stdin=True)
+    other = child.Child("warmchildprobe:seen", {}, path=(child_targets,)).result(timeout=60)
+    assert other["stdin"] is None
+    waiting.proc.stdin.write("later")
+    assert waiting.result(timeout=60)["stdin"] == "later"
+    sleeper = child.start_child("time:sleep", 60)
+    with pytest.raises(child.ChildFailed, match="timed out after 1s"):
+        child.finish_child(sleeper, timeout=1, what="sleep")
+    assert sleeper.returncode == -9
+    with pytest.raises(ProcessLookupError):
+        os.kill(sleeper.pid, 0)
+    assert [r["warm"] for r in _child_lines(log, "warmchildprobe:seen")] == [True, True]
+    assert [r["warm"] for r in _child_lines(log, "time:sleep")] == [True]
+
+
+@pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
+def test_child_processes_compared_across_processes_or_with_another_environment_start_fresh(child_targets, tmp_path,
+                                                                                          monkeypatch):
+    from detconf import child
+
+    log = tmp_path / "warm.jsonl"
+    monkeypatch.setenv("DETCONF_TESTS_WARM_LOG", str(log))
+    planted = child.Child("warmchildprobe:seen", {}, path=(child_targets,),
+                          env=child.child_env({"OMP_NUM_THREADS": "3"})).result(timeout=120)
+    assert planted["parent"] == os.getpid()
+    [line] = _child_lines(log, "warmchildprobe:seen")
+    assert (line["warm"], line["why"]) == (False, "environment: OMP_NUM_THREADS")
+    from tests.warm_server import why_not_forked
+
+    for target in ("detconf.conformance.children:seeded_ops", "detconf.conformance.perturbed:serve",
+                   "detconf.reports.standby:main"):
+        assert why_not_forked(target, {}, [], ("OMP_",), {}, set()) == "a process compared with other processes, or a report's"
+    shadow = tmp_path / "shadow"
+    (shadow / "numpy").mkdir(parents=True)  # a package of a name the server's imports looked for
+    assert why_not_forked("x:y", {}, [str(shadow)], ("OMP_",), {}, {"numpy"}) == "a folder first on sys.path"
+    assert why_not_forked("x:y", {}, [str(child_targets)], ("OMP_",), {}, {"numpy"}) is None
+
+
+@pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
+def test_a_forked_suite_run_forks_the_processes_of_its_isolated_cases(tmp_path):
+    """``--isolate`` (a fresh process per case) in a run forked from the server: each case's
+    process is forked too, and the rows are those of cases run in the run's own process."""
+    log = tmp_path / "warm.jsonl"
+    env = {**warm.base_env(), "DETCONF_TESTS_WARM_LOG": str(log)}
+    rows = {}
+    for name, extra in (("inproc", []), ("isolated", ["--isolate"])):
+        done = warm.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", *TWO[:8],
+                         "-n", "0", "-k", "are_deterministic_algorithms_enabled and error", "--no-report-build",
+                         "--results", str(tmp_path / f"{name}.jsonl"), *extra], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        rows[name] = [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()
+                      if '"record": "result"' in line]
+    forks = _child_lines(log, "detconf.conformance.isolated:judge_payload")
+    assert forks and all(r["warm"] for r in forks) and len(forks) == len(rows["isolated"])
+    assert [r["verdict"] for r in rows["isolated"]] == [r["verdict"] for r in rows["inproc"]]
+    assert all(r["detail"].get("isolated") for r in rows["isolated"])

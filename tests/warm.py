@@ -21,6 +21,14 @@ forks before pytest starts (``warm_server._workers_from``): each worker is the `
 line execnet starts, in the run's folder and environment of that moment, unless the run changed a
 variable read at import (:data:`IMPORT_TIME`) before starting it (then execnet starts it).
 
+The fresh processes the suite starts through ``detconf.child`` (a case run alone with
+``--isolate``, the plan a certification compares, a check's process of its own), from a forked
+run or from a test in this process (:func:`fork_children`, installed by ``tests/conftest.py``),
+are forked by the ``pytest`` server as well, which serves several at once
+(``warm_server.fork_child_processes``), but those that compare processes with each other and the
+reports' processes; ``tests/test_child.py`` judges ``detconf.child``'s own start
+(:func:`children_cold`).
+
 Two more kinds of command are forked the same way, each from a server of its own flavour:
 ``python -m detconf.reports ARGS`` (a server that imported NumPy, pandas, pyarrow and matplotlib, not torch)
 and ``python -I SCRIPT ARGS`` (a server started with ``-I`` that imported the modules the caller
@@ -48,6 +56,7 @@ A command runs cold (``subprocess.run``, exactly as given) when:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.machinery
 import json
 import locale
@@ -112,6 +121,7 @@ def _form(cmd: list) -> tuple[str, dict] | None:
 class _Server:
     def __init__(self, env: dict, flavour: str = "pytest", imports: tuple[str, ...] = ()):
         self.flavour = flavour
+        self.env = dict(env)
         self.folder = Path(tempfile.mkdtemp(prefix="detconf-warm-"))
         self.socket = self.folder / "s"
         self.log = self.folder / "log"
@@ -180,23 +190,12 @@ def _server_for(env: dict, flavour: str = "pytest", imports: tuple[str, ...] = (
 def _path_is_neutral(server: _Server, env: dict, first: str) -> bool:
     """Whether no folder of the child's ``sys.path`` before the interpreter's own (``first``, then,
     but for ``-I``, ``env``'s ``PYTHONPATH``) could have changed the server's imports."""
+    from tests.warm_server import neutral
+
     own = set(base_env().get("PYTHONPATH", "").split(os.pathsep))
     extra = [] if server.flavour == "isolated" else env.get("PYTHONPATH", "").split(os.pathsep)
-    for folder in [first, *extra]:
-        if not folder or (folder in own and folder != first):
-            continue
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue  # nothing to import there
-        for entry in entries:
-            if entry.name.endswith((".dist-info", ".egg-info", ".egg-link", ".pth", ".egg")):
-                return False
-            # a package or namespace folder, or a module file (``pytest.ini`` is neither)
-            importable = entry.is_dir() or entry.name.endswith(tuple(importlib.machinery.all_suffixes()))
-            if importable and entry.name.split(".")[0] in server.sought():
-                return False
-    return True
+    return all(neutral(folder, server.sought()) for folder in [first, *extra]
+               if folder and not (folder in own and folder != first))
 
 
 def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None = None, stdout=subprocess.PIPE,
@@ -236,6 +235,43 @@ def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None =
                                     "flavour": form[0] if form else None,
                                     "seconds": round(time.monotonic() - started, 3),
                                     "command": [str(a) for a in cmd[1:]], "cwd": str(cwd)}) + "\n")
+
+
+#: While set (:func:`children_cold`), ``detconf.child`` starts its processes as it does elsewhere.
+_children_cold = threading.Event()
+
+
+def fork_children() -> None:
+    """In this test process, ``detconf.child`` starts its fresh processes forked from this process's
+    ``pytest`` server where ``warm_server.why_not_forked`` allows (a forked child of the server
+    does so too); not with ``DETCONF_TESTS_COLD=1``, nor inside :func:`children_cold`."""
+    if os.environ.get("DETCONF_TESTS_COLD") == "1":
+        return
+    from detconf import child
+    from tests import warm_server
+
+    def server_for(env: dict):
+        if _children_cold.is_set():
+            return "asked"
+        server = _server_for(env, "pytest")
+        if server is None:
+            base = base_env()
+            changed = sorted(k for k in set(env) | set(base) if env.get(k) != base.get(k)
+                             and k.startswith(IMPORT_TIME) and k != "PYTHONPATH")
+            return "environment: " + ", ".join(changed) if changed else "the server could not start"
+        return str(server.socket), server.env, server.sought()
+
+    warm_server.fork_child_processes(child, server_for, IMPORT_TIME)
+
+
+@contextlib.contextmanager
+def children_cold():
+    """``detconf.child``'s processes started as it starts them (the tests of ``detconf.child``)."""
+    _children_cold.set()
+    try:
+        yield
+    finally:
+        _children_cold.clear()
 
 
 def reports(*args, cwd=ROOT, timeout: float | None = None, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:

@@ -25,8 +25,10 @@ probes a test adds load in the child, as they would in a fresh process). The ser
 ``compile_sources``), and its child imports a file unchanged since from that code
 (``PrecompiledFinder``), where a fresh interpreter would read its bytecode file or, without one
 (``PYTHONDONTWRITEBYTECODE``), compile it again. The parent reports the child's pid, then its
-exit status; it leaves when the test process that started it is gone. A ``pytest`` child whose
-arguments ask for xdist's workers forks them too (``_workers_from``, below).
+exit status, for several children at once (``_serve``); it leaves when the test process that
+started it is gone. A ``pytest`` child whose arguments ask for xdist's workers forks them too
+(``_workers_from``, below); its ``detconf.child`` processes come from the server
+(``fork_child_processes``, below).
 
 Nothing here imports the repository (it reads and compiles its files): this file runs by path,
 and the child's ``sys.path`` is the one the interpreter would give (``-m``: the folder first, then
@@ -347,6 +349,20 @@ def _child(request: dict, fds: list[int], filters: list, base: list[str],
     """Become ``python -m MODULE ARGS`` (or ``python -I SCRIPT ARGS``) in the caller's folder,
     environment and streams."""
     _fresh(request, fds, filters, finder)
+    if "import_time" in request and SERVED.get("flavour") == "pytest":
+        _fork_children(request)
+    code = request.get("code")
+    if code is not None:  # python -c CODE ARGS (a fresh process of detconf.child): the folder ('') first
+        sys.path[:] = ["", *_pythonpath(request["env"]), *base]
+        sys.argv = ["-c", *request["args"]]
+        sys.orig_argv = [sys.executable, "-c", code, *request["args"]]
+        import types
+
+        main = types.ModuleType("__main__")
+        main.__dict__["__builtins__"] = __builtins__
+        sys.modules["__main__"] = main
+        exec(compile(code, "<string>", "exec"), main.__dict__)
+        sys.exit(0)
     script = request.get("script")
     if script is not None:  # -I: no PYTHONPATH; the script's folder first only before Python 3.11 (-P)
         first = [] if SAFE_PATH else [os.path.dirname(os.path.abspath(script))]
@@ -667,6 +683,189 @@ def _workers_from(zygote: tuple[socket.socket, dict, str], request: dict) -> Non
     sys.meta_path.insert(0, _AfterImport("execnet.gateway_io", patch))
 
 
+# ----------------------------------------------------------------------------- detconf.child's processes
+#
+# The suite starts a fresh process through ``detconf.child.start_child`` (``python -c BOOT TARGET
+# PAYLOAD``) for a case run alone (``--isolate``), the plan a certification compares, a check that
+# needs a process of its own; each such interpreter imports torch again (1.5-2 s of CPU on the
+# 2-core sandbox). In a forked child of a ``pytest`` server (and in the harness's test processes,
+# ``tests/warm.py``), ``start_child`` asks the server for the process instead: forked from the
+# server, it takes the caller's pipes, folder and environment and runs the ``-c`` line as a fresh
+# ``python -c`` does (``_child``). It runs as ``detconf.child`` starts it when its environment
+# differs from the server's in a variable read at import, when a folder first on its path could
+# have changed the server's imports, for the reports' processes (the server imported torch, they
+# do not), and for the targets that compare processes with each other (:data:`FRESH_ONLY`: a fork
+# shares its parent's address space layout, which two fresh processes need not).
+
+#: ``detconf.child`` targets always started as ``detconf.child`` starts them: those whose result is
+#: a comparison between processes (seeded runs in two processes; the perturbation's server of
+#: processes), and the reports' (prefix ``detconf.reports.``).
+FRESH_ONLY = ("detconf.conformance.children:seeded_ops", "detconf.conformance.perturbed:serve", "detconf.reports.")
+
+
+def neutral(folder: str, sought: set[str]) -> bool:
+    """Whether nothing in ``folder`` could have changed imports that looked for the top-level names
+    ``sought``: no installed distribution (``*.dist-info``, ``*.egg-info``), no ``.pth`` file, no
+    module or package of a sought name. A folder that cannot be read holds nothing to import."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return True
+    for entry in entries:
+        if entry.name.endswith((".dist-info", ".egg-info", ".egg-link", ".pth", ".egg")):
+            return False
+        # a package or namespace folder, or a module file (``pytest.ini`` is neither)
+        from importlib.machinery import all_suffixes
+
+        importable = entry.is_dir() or entry.name.endswith(tuple(all_suffixes()))
+        if importable and entry.name.split(".")[0] in sought:
+            return False
+    return True
+
+
+def why_not_forked(target: str, env: dict, folders: list[str], prefixes: tuple[str, ...], server_env: dict,
+                   sought: set[str]) -> str | None:
+    """Why ``detconf.child``'s process for ``target`` (with ``env``, ``folders`` first on its path)
+    is not forked from a server started with ``server_env`` whose imports looked for ``sought``
+    (None: it is)."""
+    if target.startswith(FRESH_ONLY):
+        return "a process compared with other processes, or a report's"
+    changed = sorted(k for k in set(env) | set(server_env) if env.get(k) != server_env.get(k)
+                     and k.startswith(prefixes) and k != "PYTHONPATH" and k not in READ_WHEN_USED)
+    if changed:
+        return "environment: " + ", ".join(changed)
+    if not all(neutral(folder, sought) for folder in folders):
+        return "a folder first on sys.path"
+    return None
+
+
+def _popen_class():
+    """``ForkedPopen``: a ``subprocess.Popen`` whose process a warm server forks (made once, where
+    ``subprocess`` is imported anyway)."""
+    global _POPEN
+    if _POPEN is not None:
+        return _POPEN
+    import subprocess
+
+    class ForkedPopen(subprocess.Popen):
+        """``python -c CODE ARGS`` as ``subprocess.Popen`` starts it, but forked by the server at
+        ``server``: the same pipes, folder, environment and ``Popen`` methods; its pid is real (a
+        signal reaches it), its exit status comes from the server, whose child it is. No
+        ``preexec_fn``, ``pass_fds`` or ``shell``."""
+
+        def __init__(self, args, server: str, **kwargs):
+            self._server, self._status = server, None
+            super().__init__(args, **kwargs)
+
+        def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
+                           creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, *rest):
+            try:
+                if preexec_fn is not None or pass_fds or shell or list(args[:2]) != [sys.executable, "-c"]:
+                    raise OSError("not a python -c line the server forks")
+                request = json.dumps({"code": args[2], "args": [str(a) for a in args[3:]],
+                                      "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
+                                      "env": dict(os.environ if env is None else env)}).encode()
+                conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    conn.connect(self._server)
+                    socket.send_fds(conn, [struct.pack("!I", len(request)) + request],
+                                    [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
+                                     errwrite if errwrite != -1 else 2])
+                    first, _ = _read_frame(conn)
+                except BaseException:
+                    conn.close()
+                    raise
+                if not first or "pid" not in first:
+                    conn.close()
+                    raise OSError("the warm server forked no child")
+                self.pid, self._status, self._child_created = first["pid"], conn, True
+            finally:
+                self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+
+        def _read_status(self, timeout: float | None) -> None:
+            self._status.settimeout(timeout)
+            try:
+                frame, _ = _read_frame(self._status)
+            except (socket.timeout, BlockingIOError):  # no status yet
+                return
+            except (EOFError, OSError):
+                frame = None
+            # no frame: the server ended before its child (only when the test process is gone)
+            self.returncode = frame["returncode"] if frame and "returncode" in frame else -signal.SIGKILL
+            self._status.close()
+            self._status = None
+
+        def _internal_poll(self, _deadstate=None, **_):
+            if self.returncode is None and self._status is not None:
+                self._read_status(0.0)
+            return self.returncode
+
+        def _wait(self, timeout):
+            if self.returncode is None and self._status is not None:
+                self._read_status(timeout)
+                if self.returncode is None:
+                    raise subprocess.TimeoutExpired(self.args, timeout)
+            return self.returncode
+
+    _POPEN = ForkedPopen
+    return _POPEN
+
+
+_POPEN = None
+
+
+def fork_child_processes(module, server_for, prefixes: tuple[str, ...], test: str = "") -> None:
+    """Have ``detconf.child`` (``module``) start its processes as forks from a warm server where
+    :func:`why_not_forked` allows, as its ``start_child`` starts them elsewhere; a line for each in
+    ``DETCONF_TESTS_WARM_LOG`` (flavour ``child``). ``server_for(env)``: the server for a child
+    with that environment, as (socket path, the server's environment, the names its imports
+    looked for), or why there is none."""
+    original = module.start_child
+    if getattr(original, "forks", False):
+        return
+
+    def start_child(target, payload=None, *, env=None, cwd=module.ROOT, stdin=False, path=()):
+        env = dict(env) if env is not None else module.child_env()
+        first = [os.fspath(folder) for folder in path] + [str(module.ROOT)]
+        server = server_for(env)
+        why, proc = (server if isinstance(server, str) else None), None
+        if why is None:
+            socket_path, server_env, sought = server
+            folders = [os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd()), *first, *_pythonpath(env)]
+            why = why_not_forked(target, env, folders, prefixes, server_env, sought)
+        if why is None:
+            import subprocess
+
+            try:
+                proc = _popen_class()([sys.executable, "-c", module._BOOT.format(path=first), target,
+                                       json.dumps(payload)], socket_path, cwd=cwd,
+                                      stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, encoding="utf-8", env=env)
+            except OSError as exc:
+                why = f"the server: {exc}"
+        log = os.environ.get("DETCONF_TESTS_WARM_LOG")
+        if log:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"test": test or os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
+                                    "warm": proc is not None, "why": why, "flavour": "child", "seconds": 0.0,
+                                    "command": [target], "cwd": os.fspath(cwd or os.getcwd())}) + "\n")
+        return proc if proc is not None else original(target, payload, env=env, cwd=cwd, stdin=stdin, path=path)
+
+    start_child.forks = True
+    module.start_child = start_child
+
+
+def _fork_children(request: dict) -> None:
+    """In a forked child: ``detconf.child``, once imported, starts its processes forked from this
+    child's server (:func:`fork_child_processes`)."""
+    served = (SERVED["socket"], dict(SERVED["env"]), set(_Sought.names))
+
+    def patch(module) -> None:
+        fork_child_processes(module, lambda env: served, tuple(request["import_time"]), request.get("test", ""))
+
+    sys.meta_path.insert(0, _AfterImport("detconf.child", patch))
+
+
 class _AfterImport:
     """A finder that finds ``name`` as the finders after it do, and calls ``then(module)`` once
     the module has run."""
@@ -741,43 +940,90 @@ def main(path: str, flavour: str, names: tuple[str, ...] = ()) -> None:
     with open(path + ".names", "w", encoding="utf-8") as f:
         json.dump(sorted(_Sought.names), f)
     listener.bind(path + ".tmp")
+    SERVED.update(socket=path, env=dict(os.environ), flavour=flavour)
     os.rename(path + ".tmp", path)  # the caller connects only once everything is imported
-    listener.listen(1)
-    listener.settimeout(5.0)
+    listener.listen(16)
+    _serve(listener, filters, base, finder)
+
+
+#: What a forked child knows of the server it came from: its socket, the environment it started
+#: with, its flavour (``main`` fills it in).
+SERVED: dict = {}
+
+
+def _serve(listener: socket.socket, filters: list, base: list[str], finder: PrecompiledFinder | None) -> None:
+    """Fork a child per request, report its pid and then its exit status on the request's
+    connection; several at once (a forked child may ask for children of its own: the fresh
+    processes ``detconf.child`` starts, ``_fork_children``). Leave on a ``stop`` request, or once
+    the test process that started the server is gone and no child is running."""
+    import selectors
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    waiting: dict[int, socket.socket] = {}
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ)
+    sel.register(wake_r, selectors.EVENT_READ)
     parent = os.getppid()
     while True:
-        try:
+        events = sel.select(5.0)
+        if os.getppid() != parent and not waiting:  # the test process is gone (killed): so is its server
+            return
+        for key, _ in events:
+            if key.fileobj is not listener:
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                continue
             conn, _ = listener.accept()
-        except socket.timeout:
-            if os.getppid() != parent:  # the test process is gone (killed): so is its server
-                break
-            continue
-        conn.settimeout(None)
-        try:
-            request, fds = _read_frame(conn, 3)  # the streams come with the first bytes
-        except (EOFError, OSError):
-            request = None
-        if request is None:
-            conn.close()
-            continue
-        if request.get("stop"):
-            conn.close()
-            break
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            conn.close()
-            listener.close()
+            conn.settimeout(None)
             try:
-                _child(request, fds, filters, base, finder)
-            except SystemExit as exc:
-                _exit(exc.code)
-            # not reached: an exception (KeyboardInterrupt too) unwinds to the interpreter's own exit
-        for fd in fds:
-            os.close(fd)
-        _frame(conn, {"pid": pid})
-        _report_exit(conn, os.waitpid(pid, 0)[1])
+                request, fds = _read_frame(conn, 3)  # the streams come with the first bytes
+            except (EOFError, OSError):
+                request, fds = None, []
+            if request is None:
+                conn.close()
+                continue
+            if request.get("stop"):
+                conn.close()
+                return
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                signal.set_wakeup_fd(-1)
+                sel.close()
+                for fd in (wake_r, wake_w):
+                    os.close(fd)
+                for sock in (conn, listener, *waiting.values()):
+                    sock.close()
+                try:
+                    _child(request, fds, filters, base, finder)
+                except SystemExit as exc:
+                    _exit(exc.code)
+                # not reached: an exception (KeyboardInterrupt too) unwinds to the interpreter's own exit
+            for fd in fds:
+                os.close(fd)
+            try:
+                _frame(conn, {"pid": pid})
+            except OSError:
+                pass
+            waiting[pid] = conn
+        while waiting:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            conn = waiting.pop(pid, None)
+            if conn is not None:
+                _report_exit(conn, status)
 
 
 if __name__ == "__main__":
