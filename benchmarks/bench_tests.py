@@ -10,8 +10,8 @@ tests that failed or errored (pytest's short summary lines), the
 summed durations per test file, largest first, and the inner runs the tests made (``python -m
 pytest``, ``python -m detconf.reports``, ``python -I`` scripts): how many were forked from a warm
 interpreter (``tests/warm.py``), per kind, and how many ran cold, and why; how many xdist
-workers of forked ``-n`` runs were forked too, and how many of ``detconf.child``'s processes
-(``tests/warm_server.py``). ``--cold``: every inner run cold (``DETCONF_TESTS_COLD=1``), as before the warm runner;
+workers of forked ``-n`` runs were forked too, how many of ``detconf.child``'s processes, and how
+many ``python -c`` starts of forked ``python -m detconf`` commands (``tests/warm_server.py``). ``--cold``: every inner run cold (``DETCONF_TESTS_COLD=1``), as before the warm runner;
 ``--inner-log PATH``: keep the inner runs' log (the time per test file is printed either way).
 Asserts nothing; quote the figures with the machine and its load.
 """
@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(log.parent, ignore_errors=True)
     workers = [r for r in inner if r.get("flavour") == "xdist-worker"]  # a line each, when it starts
     children = [r for r in inner if r.get("flavour") == "child"]  # detconf.child's processes, a line each
-    inner = [r for r in inner if r.get("flavour") not in ("xdist-worker", "child")]
+    plain = [r for r in inner if r.get("flavour") == "python-c"]  # python -c in forked detconf commands
+    inner = [r for r in inner if r.get("flavour") not in ("xdist-worker", "child", "python-c")]
     forked = [r for r in inner if r["warm"]]
     print(f"\ninner runs: {len(forked)} forked warm ({sum(r['seconds'] for r in forked):.1f} s), "
           f"{len(inner) - len(forked)} cold ({sum(r['seconds'] for r in inner if not r['warm']):.1f} s)")
@@ -104,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  detconf.child's processes: {sum(r['warm'] for r in children)} forked, "
           f"{len(children) - sum(r['warm'] for r in children)} started fresh"
           + "".join(f"; {n} {why}" for why, n in sorted(started.items(), key=lambda kv: -kv[1])))
+    print(f"  python -c in forked detconf commands: {sum(r['warm'] for r in plain)} forked, "
+          f"{sum(not r['warm'] for r in plain)} started fresh")
     files: dict[str, list] = defaultdict(list)
     for r in inner:
         files[r["test"].split("::")[0] or "(outside a test)"].append(r)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from detconf import gpurun
+from tests import warm
 from tests.by_path import load_script
 from tests.environments import see_this_interpreters_packages
 
@@ -61,8 +62,8 @@ def make_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] 
 
 def gpu_run(*args: str, python: str = sys.executable, timeout: int = 300) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    return subprocess.run([python, "-m", "detconf", "gpu-run", *args], cwd=ROOT, capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    return warm.run([python, "-m", "detconf", "gpu-run", *args], cwd=ROOT, capture_output=True, text=True,
+                    env=env, timeout=timeout)
 
 
 @pytest.fixture

@@ -18,14 +18,15 @@ from pathlib import Path
 import pytest
 
 from detconf import gpurun, revision, wheels
+from tests import warm
 from tests.test_gpu_runner import CANNED, ROOT, collecting_only, make_wheel
 
 PYTHON_ENV = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
 
 
 def cli(*args: str, cwd: Path = ROOT, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "detconf", *args], cwd=cwd, capture_output=True, text=True,
-                          env=env or PYTHON_ENV, timeout=timeout)
+    return warm.run([sys.executable, "-m", "detconf", *args], cwd=cwd, capture_output=True, text=True,
+                    env=env or warm.base_env(), timeout=timeout)
 
 
 def members(archive: Path) -> dict[str, bytes]:

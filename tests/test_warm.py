@@ -604,3 +604,50 @@ def test_a_forked_suite_run_forks_the_processes_of_its_isolated_cases(tmp_path):
     assert forks and all(r["warm"] for r in forks) and len(forks) == len(rows["isolated"])
     assert [r["verdict"] for r in rows["isolated"]] == [r["verdict"] for r in rows["inproc"]]
     assert all(r["detail"].get("isolated") for r in rows["isolated"])
+
+
+@pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
+def test_a_forked_gpu_run_forks_its_machine_probe_and_answers_as_a_fresh_one(tmp_path, monkeypatch):
+    """``python -m detconf gpu-run`` forked from the server: the ``python -c`` that describes the
+    machine is forked too, and the command says what a fresh one says."""
+    log = tmp_path / "warm.jsonl"
+    monkeypatch.setenv("DETCONF_TESTS_WARM_LOG", str(log))
+    command = [sys.executable, "-m", "detconf", "gpu-run", "--device", "cpu", "--check"]
+    forked = warm.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    fresh = warm.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, cold=True)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert "gpu-run: available: cpu" in forked.stdout
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["flavour"], r["warm"]) for r in lines] == [("python-c", True), ("pytest", True), ("pytest", False)]
+
+
+@pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
+def test_only_a_plain_python_c_start_is_forked_in_such_a_child(tmp_path, monkeypatch):
+    """What ``_route_python_c`` installs in a forked ``python -m detconf`` child, here: a plain
+    ``python -c`` is forked (its parent is the server), one that asks for a session of its own,
+    a ``preexec_fn``, or a changed variable read at import starts as ``subprocess`` starts it."""
+    import subprocess
+
+    from tests import warm_server
+
+    server = warm._server_for(warm.base_env(), "pytest")
+    assert server is not None
+    monkeypatch.setattr(subprocess, "Popen", subprocess.Popen)  # put back after the test
+    monkeypatch.setattr(warm_server, "SERVED", {"socket": str(server.socket), "env": server.env})
+    monkeypatch.setenv("DETCONF_TESTS_WARM_LOG", str(tmp_path / "warm.jsonl"))
+    warm_server._route_python_c({"import_time": list(warm.IMPORT_TIME)})
+    parent = [sys.executable, "-c", "import os; print(os.getppid(), os.getsid(0) == os.getpid())"]
+    seen = {}
+    for name, kwargs in (("plain", {}), ("session", {"start_new_session": True}),
+                         ("preexec", {"preexec_fn": lambda: None}), ("executable", {"executable": sys.executable}),
+                         ("environment", {"env": {**os.environ, "OMP_NUM_THREADS": "3"}})):
+        done = subprocess.run(parent, capture_output=True, text=True, timeout=120, **kwargs)
+        assert done.returncode == 0, done.stderr
+        ppid, own_session = done.stdout.split()
+        seen[name] = (int(ppid) == os.getpid(), own_session == "True")
+    assert seen == {"plain": (False, False), "session": (True, True), "preexec": (True, False),
+                    "executable": (True, False), "environment": (True, False)}, seen
+    lines = [json.loads(line) for line in (tmp_path / "warm.jsonl").read_text().splitlines()]
+    assert [r["warm"] for r in lines] == [True, False, False, False, False]
+    assert lines[4]["why"] == "environment: OMP_NUM_THREADS"
+    assert subprocess.run(["true"]).returncode == 0  # not python: as subprocess runs it

@@ -29,6 +29,11 @@ are forked by the ``pytest`` server as well, which serves several at once
 reports' processes; ``tests/test_child.py`` judges ``detconf.child``'s own start
 (:func:`children_cold`).
 
+``python -m detconf ARGS`` (``gpu-run``, ``run``, ...) is forked by the ``pytest`` server too; in
+such a child a plain ``python -c`` start (``gpu-run``'s description of the machine) is forked as
+well, a start of its own (a step's new process group, another interpreter) is not
+(``warm_server._route_python_c``).
+
 Two more kinds of command are forked the same way, each from a server of its own flavour:
 ``python -m detconf.reports ARGS`` (a server that imported NumPy, pandas, pyarrow and matplotlib, not torch)
 and ``python -I SCRIPT ARGS`` (a server started with ``-I`` that imported the modules the caller
@@ -109,8 +114,8 @@ def _form(cmd: list) -> tuple[str, dict] | None:
     """The server flavour and request fields of ``cmd``, or None: not a command a server forks."""
     if not all(isinstance(c, str) for c in cmd) or len(cmd) < 3 or cmd[0] != sys.executable:
         return None
-    if cmd[1] == "-m" and cmd[2] == "pytest":
-        return "pytest", {"module": "pytest", "args": list(cmd[3:])}
+    if cmd[1] == "-m" and cmd[2] in ("pytest", "detconf"):
+        return "pytest", {"module": cmd[2], "args": list(cmd[3:])}
     if cmd[1] == "-m" and cmd[2] in REPORTS_MODULES:
         return "reports", {"module": cmd[2], "args": list(cmd[3:])}
     if cmd[1] == "-I" and not cmd[2].startswith("-"):
@@ -203,7 +208,7 @@ def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None =
         capture_output: bool = False, imports: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """``subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, stdout=stdout, stderr=stderr,
     text=text)`` (with ``RLIMIT_FSIZE`` set to ``fsize`` when given), for ``cmd = [sys.executable,
-    "-m", "pytest", *args]``, ``[sys.executable, "-m", "detconf.reports", *args]`` or
+    "-m", "pytest", *args]`` (or ``"detconf"``), ``[sys.executable, "-m", "detconf.reports", *args]`` or
     ``[sys.executable, "-I", script, *args]`` (with ``imports``, the modules ``script`` imports
     whatever it does): forked from a warm server where the module's rules allow."""
     if capture_output:

@@ -351,6 +351,8 @@ def _child(request: dict, fds: list[int], filters: list, base: list[str],
     _fresh(request, fds, filters, finder)
     if "import_time" in request and SERVED.get("flavour") == "pytest":
         _fork_children(request)
+        if request.get("module") == "detconf":
+            _route_python_c(request)
     code = request.get("code")
     if code is not None:  # python -c CODE ARGS (a fresh process of detconf.child): the folder ('') first
         sys.path[:] = ["", *_pythonpath(request["env"]), *base]
@@ -753,12 +755,16 @@ def _popen_class():
         signal reaches it), its exit status comes from the server, whose child it is. No
         ``preexec_fn``, ``pass_fds`` or ``shell``."""
 
-        def __init__(self, args, server: str, **kwargs):
-            self._server, self._status = server, None
-            super().__init__(args, **kwargs)
+        def __init__(self, args, server: str | None, *popen_args, **kwargs):
+            self._server, self._status, self._forked = server, None, False
+            super().__init__(args, *popen_args, **kwargs)
 
         def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
                            creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, *rest):
+            if self._server is None:  # started as subprocess starts it
+                return super()._execute_child(args, executable, preexec_fn, close_fds, pass_fds, cwd, env,
+                                              startupinfo, creationflags, shell, p2cread, p2cwrite, c2pread,
+                                              c2pwrite, errread, errwrite, *rest)
             try:
                 if preexec_fn is not None or pass_fds or shell or list(args[:2]) != [sys.executable, "-c"]:
                     raise OSError("not a python -c line the server forks")
@@ -778,7 +784,7 @@ def _popen_class():
                 if not first or "pid" not in first:
                     conn.close()
                     raise OSError("the warm server forked no child")
-                self.pid, self._status, self._child_created = first["pid"], conn, True
+                self.pid, self._status, self._child_created, self._forked = first["pid"], conn, True, True
             finally:
                 self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
 
@@ -795,12 +801,16 @@ def _popen_class():
             self._status.close()
             self._status = None
 
-        def _internal_poll(self, _deadstate=None, **_):
+        def _internal_poll(self, _deadstate=None, **kwargs):
+            if not self._forked:
+                return super()._internal_poll(_deadstate, **kwargs)
             if self.returncode is None and self._status is not None:
                 self._read_status(0.0)
             return self.returncode
 
         def _wait(self, timeout):
+            if not self._forked:
+                return super()._wait(timeout)
             if self.returncode is None and self._status is not None:
                 self._read_status(timeout)
                 if self.returncode is None:
@@ -853,6 +863,45 @@ def fork_child_processes(module, server_for, prefixes: tuple[str, ...], test: st
 
     start_child.forks = True
     module.start_child = start_child
+
+
+def _route_python_c(request: dict) -> None:
+    """In a forked ``python -m detconf`` child (``gpu-run``): every ``subprocess.Popen`` (and so
+    ``subprocess.run``) of ``python -c CODE`` with this interpreter, the caller's streams, folder
+    and environment and nothing else asked of the start (no ``preexec_fn``, new session, passed
+    descriptors or shell) is forked from this child's server where :func:`why_not_forked` allows
+    (``gpu-run``'s description of the machine, which imports torch); anything else starts as
+    ``subprocess`` starts it. A line for each in ``DETCONF_TESTS_WARM_LOG`` (flavour ``python-c``)."""
+    import subprocess
+
+    socket_path, server_env, sought = SERVED["socket"], dict(SERVED["env"]), set(_Sought.names)
+    prefixes, test = tuple(request["import_time"]), request.get("test", "")
+    forked_popen = _popen_class()
+
+    class RoutedPopen(forked_popen):
+        def __init__(self, args, *popen_args, **kwargs):
+            env = kwargs.get("env")
+            env = dict(os.environ if env is None else env)
+            cwd = kwargs.get("cwd")
+            folder = os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
+            if not (isinstance(args, list) and len(args) >= 3 and args[:2] == [sys.executable, "-c"]
+                    and all(isinstance(a, str) for a in args)):
+                why = "not a python -c line"
+            elif popen_args or any(kwargs.get(k) for k in ("preexec_fn", "pass_fds", "shell", "start_new_session")) \
+                    or kwargs.get("process_group") not in (None, -1) or kwargs.get("executable") is not None:
+                why = "a start of its own (preexec_fn, session, descriptors, shell)"
+            else:
+                why = why_not_forked("", env, [folder, *_pythonpath(env)], prefixes, server_env, sought)
+            if isinstance(args, list) and args[:2] == [sys.executable, "-c"]:
+                log = os.environ.get("DETCONF_TESTS_WARM_LOG")
+                if log:
+                    with open(log, "a", encoding="utf-8") as f:
+                        f.write(json.dumps({"test": test, "warm": why is None, "why": why, "flavour": "python-c",
+                                            "seconds": 0.0, "command": [str(a)[:200] for a in args[1:]],
+                                            "cwd": folder}) + "\n")
+            super().__init__(args, socket_path if why is None else None, *popen_args, **kwargs)
+
+    subprocess.Popen = RoutedPopen
 
 
 def _fork_children(request: dict) -> None:
