@@ -468,6 +468,49 @@ def _zygote(filters: list, base: list[str], finder: PrecompiledFinder | None) ->
         os._exit(0)
 
 
+def _child_signals() -> tuple[int, int]:
+    """A pipe that becomes readable when a child ends (``SIGCHLD`` wakes the select): its ends."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    return wake_r, wake_w
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _leave_loop(sel, fds: tuple[int, ...], socks) -> None:
+    """In a child just forked by a serving loop: none of the loop's wake-up pipe, selector and
+    sockets."""
+    signal.set_wakeup_fd(-1)
+    sel.close()
+    for fd in fds:
+        os.close(fd)
+    for sock in socks:
+        sock.close()
+
+
+def _reap(waiting: dict[int, socket.socket]) -> None:
+    """Send the exit status of each ended child of ``waiting`` (pid: its caller's socket) and drop it."""
+    while waiting:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        conn = waiting.pop(pid, None)
+        if conn is not None:
+            _report_exit(conn, status)
+
+
 def _serve_workers(control: socket.socket, filters: list, base: list[str], finder: PrecompiledFinder | None) -> None:
     """The zygote: fork a worker per request, report its pid and then its exit status on the
     socket that came with the request; leave once the run closed ``control`` and every worker
@@ -476,11 +519,7 @@ def _serve_workers(control: socket.socket, filters: list, base: list[str], finde
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
+    wake_r, wake_w = _child_signals()
     reporters: dict[int, socket.socket] = {}
     sel = selectors.DefaultSelector()
     sel.register(control, selectors.EVENT_READ)
@@ -501,12 +540,7 @@ def _serve_workers(control: socket.socket, filters: list, base: list[str], finde
                 reporter = socket.socket(fileno=fds[3])
                 pid = os.fork()
                 if pid == 0:
-                    signal.set_wakeup_fd(-1)
-                    sel.close()
-                    for fd in (wake_r, wake_w):
-                        os.close(fd)
-                    for sock in (control, reporter, *reporters.values()):
-                        sock.close()
+                    _leave_loop(sel, (wake_r, wake_w), (control, reporter, *reporters.values()))
                     _worker(request, fds[:3], filters, base, finder)  # never returns
                 for fd in fds[:3]:
                     os.close(fd)
@@ -516,21 +550,8 @@ def _serve_workers(control: socket.socket, filters: list, base: list[str], finde
                 except OSError:
                     pass
             else:
-                try:
-                    while os.read(wake_r, 512):
-                        pass
-                except BlockingIOError:
-                    pass
-        while reporters:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            reporter = reporters.pop(pid, None)
-            if reporter is not None:
-                _report_exit(reporter, status)
+                _drain(wake_r)
+        _reap(reporters)
 
 
 def _worker(request: dict, fds: list[int], filters: list, base: list[str], finder: PrecompiledFinder | None) -> None:
@@ -566,6 +587,21 @@ def _worker(request: dict, fds: list[int], filters: list, base: list[str], finde
             os._exit(1)
 
 
+def _exit_status(sock: socket.socket, timeout: float | None) -> int | None:
+    """The exit status a server or zygote sends on ``sock`` within ``timeout`` seconds (None: none
+    yet), as ``subprocess`` gives it; ``sock`` is closed once it came. A stream that ends without
+    one (the sender ended before its child: only when the test process is gone) counts as a kill."""
+    sock.settimeout(timeout)
+    try:
+        frame, _ = _read_frame(sock)
+    except (socket.timeout, BlockingIOError):  # no status yet
+        return None
+    except (EOFError, OSError):
+        frame = None
+    sock.close()
+    return frame["returncode"] if frame and "returncode" in frame else -signal.SIGKILL
+
+
 class ForkedWorker:
     """What execnet keeps of a worker's process (``Popen2IOMaster.popen``): its pipes, pid, and
     ``wait``, ``poll``, ``kill``, as ``subprocess.Popen`` has them; the exit status comes from the
@@ -596,15 +632,7 @@ class ForkedWorker:
         self.pid = first["pid"]
 
     def _status_frame(self, timeout: float | None) -> None:
-        self._status.settimeout(timeout)
-        try:
-            frame, _ = _read_frame(self._status)
-        except (socket.timeout, BlockingIOError):  # no status yet
-            return
-        except (EOFError, OSError):
-            frame = None
-        self.returncode = frame["returncode"] if frame else -signal.SIGKILL  # the zygote ended first
-        self._status.close()
+        self.returncode = _exit_status(self._status, timeout)
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -789,17 +817,9 @@ def _popen_class():
                 self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
 
         def _read_status(self, timeout: float | None) -> None:
-            self._status.settimeout(timeout)
-            try:
-                frame, _ = _read_frame(self._status)
-            except (socket.timeout, BlockingIOError):  # no status yet
-                return
-            except (EOFError, OSError):
-                frame = None
-            # no frame: the server ended before its child (only when the test process is gone)
-            self.returncode = frame["returncode"] if frame and "returncode" in frame else -signal.SIGKILL
-            self._status.close()
-            self._status = None
+            self.returncode = _exit_status(self._status, timeout)
+            if self.returncode is not None:
+                self._status = None
 
         def _internal_poll(self, _deadstate=None, **kwargs):
             if not self._forked:
@@ -1007,11 +1027,7 @@ def _serve(listener: socket.socket, filters: list, base: list[str], finder: Prec
     the test process that started the server is gone and no child is running."""
     import selectors
 
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
+    wake_r, wake_w = _child_signals()
     waiting: dict[int, socket.socket] = {}
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ)
@@ -1023,11 +1039,7 @@ def _serve(listener: socket.socket, filters: list, base: list[str], finder: Prec
             return
         for key, _ in events:
             if key.fileobj is not listener:
-                try:
-                    while os.read(wake_r, 512):
-                        pass
-                except BlockingIOError:
-                    pass
+                _drain(wake_r)
                 continue
             conn, _ = listener.accept()
             conn.settimeout(None)
@@ -1045,12 +1057,7 @@ def _serve(listener: socket.socket, filters: list, base: list[str], finder: Prec
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                signal.set_wakeup_fd(-1)
-                sel.close()
-                for fd in (wake_r, wake_w):
-                    os.close(fd)
-                for sock in (conn, listener, *waiting.values()):
-                    sock.close()
+                _leave_loop(sel, (wake_r, wake_w), (conn, listener, *waiting.values()))
                 try:
                     _child(request, fds, filters, base, finder)
                 except SystemExit as exc:
@@ -1063,16 +1070,7 @@ def _serve(listener: socket.socket, filters: list, base: list[str], finder: Prec
             except OSError:
                 pass
             waiting[pid] = conn
-        while waiting:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            conn = waiting.pop(pid, None)
-            if conn is not None:
-                _report_exit(conn, status)
+        _reap(waiting)
 
 
 if __name__ == "__main__":
