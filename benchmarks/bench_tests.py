@@ -78,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(log.parent, ignore_errors=True)
     workers = [r for r in inner if r.get("flavour") == "xdist-worker"]  # a line each, when it starts
     children = [r for r in inner if r.get("flavour") == "child"]  # detconf.child's processes, a line each
-    plain = [r for r in inner if r.get("flavour") == "python-c"]  # python -c in forked detconf commands
-    inner = [r for r in inner if r.get("flavour") not in ("xdist-worker", "child", "python-c")]
+    # python -c and python -m pytest started by forked detconf commands (gpu-run's probe and steps)
+    plain = [r for r in inner if r.get("flavour") in ("python-c", "python-m-pytest")]
+    inner = [r for r in inner if r.get("flavour") not in ("xdist-worker", "child", "python-c", "python-m-pytest")]
     forked = [r for r in inner if r["warm"]]
     print(f"\ninner runs: {len(forked)} forked warm ({sum(r['seconds'] for r in forked):.1f} s), "
           f"{len(inner) - len(forked)} cold ({sum(r['seconds'] for r in inner if not r['warm']):.1f} s)")
@@ -105,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  detconf.child's processes: {sum(r['warm'] for r in children)} forked, "
           f"{len(children) - sum(r['warm'] for r in children)} started fresh"
           + "".join(f"; {n} {why}" for why, n in sorted(started.items(), key=lambda kv: -kv[1])))
-    print(f"  python -c in forked detconf commands: {sum(r['warm'] for r in plain)} forked, "
-          f"{sum(not r['warm'] for r in plain)} started fresh")
+    for kind in ("python-c", "python-m-pytest"):
+        runs = [r for r in plain if r["flavour"] == kind]
+        print(f"  {kind.replace('-', ' ', 1).replace('m-', 'm ')} in forked detconf commands: "
+              f"{sum(r['warm'] for r in runs)} forked, {sum(not r['warm'] for r in runs)} started fresh")
     files: dict[str, list] = defaultdict(list)
     for r in inner:
         files[r["test"].split("::")[0] or "(outside a test)"].append(r)

@@ -651,3 +651,41 @@ def test_only_a_plain_python_c_start_is_forked_in_such_a_child(tmp_path, monkeyp
     assert [r["warm"] for r in lines] == [True, False, False, False, False]
     assert lines[4]["why"] == "environment: OMP_NUM_THREADS"
     assert subprocess.run(["true"]).returncode == 0  # not python: as subprocess runs it
+
+
+STEP_PROBE = '''
+import json, os
+
+
+def pytest_sessionfinish(session):
+    with open(os.environ["WARM_STEP_PROBE"], "w") as f:
+        json.dump({"own_group": os.getpgid(0) == os.getpid(), "session_leader": os.getsid(0) == os.getpid()}, f)
+'''
+
+
+@pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
+def test_a_forked_gpu_run_forks_its_steps_each_in_a_process_group_of_its_own(tmp_path, monkeypatch):
+    """gpu-run's documented step (``python -m pytest`` with ``detconf.gpurun._child_setup``),
+    in a forked gpu-run: forked too, in a process group of its own as the step started fresh is,
+    with the same step records."""
+    (tmp_path / "plugins" / "warm_step_probe.py").parent.mkdir()
+    (tmp_path / "plugins" / "warm_step_probe.py").write_text(STEP_PROBE)
+    log = tmp_path / "warm.jsonl"
+    monkeypatch.setenv("DETCONF_TESTS_WARM_LOG", str(log))
+    seen = {}
+    for name, cold in (("forked", False), ("fresh", True)):
+        env = {**warm.base_env(), "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "plugins"),
+                                                                              os.environ.get("PYTHONPATH")])),
+               "WARM_STEP_PROBE": str(tmp_path / f"{name}.json")}
+        out = tmp_path / name
+        done = warm.run([sys.executable, "-m", "detconf", "gpu-run", "--steps", "documented", "-n", "0", "--device",
+                         "cpu", "--quiet", "--out", str(out), "--", "-k",
+                         "are_deterministic_algorithms_enabled and cpu and error", "-p", "warm_step_probe"],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, cold=cold)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        [step] = json.loads((out / "steps.json").read_text())
+        seen[name] = (json.loads((tmp_path / f"{name}.json").read_text()), step["status"], step["exit_status"],
+                      step["end_record"]["outcome"])
+    assert seen["forked"] == seen["fresh"] == ({"own_group": True, "session_leader": False}, "passed", 0, "complete")
+    steps = [r for r in (json.loads(line) for line in log.read_text().splitlines()) if r["flavour"] == "python-m-pytest"]
+    assert [r["warm"] for r in steps] == [True]

@@ -30,8 +30,9 @@ reports' processes; ``tests/test_child.py`` judges ``detconf.child``'s own start
 (:func:`children_cold`).
 
 ``python -m detconf ARGS`` (``gpu-run``, ``run``, ...) is forked by the ``pytest`` server too; in
-such a child a plain ``python -c`` start (``gpu-run``'s description of the machine) is forked as
-well, a start of its own (a step's new process group, another interpreter) is not
+such a child a plain ``python -c`` start (``gpu-run``'s description of the machine) and
+``gpu-run``'s steps (``python -m pytest``, each in a process group of its own) are forked as well,
+any other start of its own (another ``preexec_fn``, a new session, another interpreter) is not
 (``warm_server._route_python_c``).
 
 Two more kinds of command are forked the same way, each from a server of its own flavour:

@@ -349,6 +349,8 @@ def _child(request: dict, fds: list[int], filters: list, base: list[str],
     """Become ``python -m MODULE ARGS`` (or ``python -I SCRIPT ARGS``) in the caller's folder,
     environment and streams."""
     _fresh(request, fds, filters, finder)
+    if request.get("group"):  # a process group of its own (gpu-run's steps: detconf.gpurun._child_setup)
+        os.setpgrp()
     if "import_time" in request and SERVED.get("flavour") == "pytest":
         _fork_children(request)
         if request.get("module") == "detconf":
@@ -783,8 +785,8 @@ def _popen_class():
         signal reaches it), its exit status comes from the server, whose child it is. No
         ``preexec_fn``, ``pass_fds`` or ``shell``."""
 
-        def __init__(self, args, server: str | None, *popen_args, **kwargs):
-            self._server, self._status, self._forked = server, None, False
+        def __init__(self, args, server: str | None, *popen_args, request: dict | None = None, **kwargs):
+            self._server, self._status, self._forked, self._request = server, None, False, dict(request or {})
             super().__init__(args, *popen_args, **kwargs)
 
         def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
@@ -794,9 +796,17 @@ def _popen_class():
                                               startupinfo, creationflags, shell, p2cread, p2cwrite, c2pread,
                                               c2pwrite, errread, errwrite, *rest)
             try:
-                if preexec_fn is not None or pass_fds or shell or list(args[:2]) != [sys.executable, "-c"]:
-                    raise OSError("not a python -c line the server forks")
-                request = json.dumps({"code": args[2], "args": [str(a) for a in args[3:]],
+                args = list(args)
+                if args[1:3] == ["-m", "pytest"]:
+                    form = {"module": "pytest", "args": [str(a) for a in args[3:]]}
+                elif args[1:2] == ["-c"]:
+                    form = {"code": args[2], "args": [str(a) for a in args[3:]]}
+                else:
+                    form = None
+                own_start = preexec_fn is not None and not self._request.get("group")
+                if own_start or pass_fds or shell or args[0] != sys.executable or form is None:
+                    raise OSError("not a python -c or -m pytest line the server forks")
+                request = json.dumps({**self._request, **form,
                                       "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
                                       "env": dict(os.environ if env is None else env)}).encode()
                 conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -887,11 +897,13 @@ def fork_child_processes(module, server_for, prefixes: tuple[str, ...], test: st
 
 def _route_python_c(request: dict) -> None:
     """In a forked ``python -m detconf`` child (``gpu-run``): every ``subprocess.Popen`` (and so
-    ``subprocess.run``) of ``python -c CODE`` with this interpreter, the caller's streams, folder
-    and environment and nothing else asked of the start (no ``preexec_fn``, new session, passed
-    descriptors or shell) is forked from this child's server where :func:`why_not_forked` allows
-    (``gpu-run``'s description of the machine, which imports torch); anything else starts as
-    ``subprocess`` starts it. A line for each in ``DETCONF_TESTS_WARM_LOG`` (flavour ``python-c``)."""
+    ``subprocess.run``) of ``python -c CODE`` or ``python -m pytest ARGS`` with this interpreter,
+    the caller's streams, folder and environment and nothing else asked of the start (no
+    ``preexec_fn`` but ``gpu-run``'s own for its steps, ``detconf.gpurun._child_setup``: the child
+    then takes a process group of its own; no new session, passed descriptors or shell) is forked
+    from this child's server where :func:`why_not_forked` allows (``gpu-run``'s description of the
+    machine and its steps); anything else starts as ``subprocess`` starts it. A line for each in
+    ``DETCONF_TESTS_WARM_LOG`` (flavour ``python-c`` or ``python-m-pytest``)."""
     import subprocess
 
     socket_path, server_env, sought = SERVED["socket"], dict(SERVED["env"]), set(_Sought.names)
@@ -904,22 +916,31 @@ def _route_python_c(request: dict) -> None:
             env = dict(os.environ if env is None else env)
             cwd = kwargs.get("cwd")
             folder = os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
-            if not (isinstance(args, list) and len(args) >= 3 and args[:2] == [sys.executable, "-c"]
-                    and all(isinstance(a, str) for a in args)):
-                why = "not a python -c line"
-            elif popen_args or any(kwargs.get(k) for k in ("preexec_fn", "pass_fds", "shell", "start_new_session")) \
+            python = isinstance(args, list) and len(args) >= 3 and all(isinstance(a, str) for a in args) \
+                and args[0] == sys.executable
+            kind = "python-c" if python and args[1] == "-c" else \
+                "python-m-pytest" if python and args[1:3] == ["-m", "pytest"] else None
+            preexec = kwargs.get("preexec_fn")
+            # gpu-run's steps: a process group of their own, SIGINT as a fresh interpreter has it
+            group = preexec is not None and (getattr(preexec, "__module__", None),
+                                             getattr(preexec, "__qualname__", None)) == ("detconf.gpurun", "_child_setup")
+            if kind is None:
+                why = "not a python -c or -m pytest line"
+            elif popen_args or (preexec is not None and not group) \
+                    or any(kwargs.get(k) for k in ("pass_fds", "shell", "start_new_session")) \
                     or kwargs.get("process_group") not in (None, -1) or kwargs.get("executable") is not None:
                 why = "a start of its own (preexec_fn, session, descriptors, shell)"
             else:
                 why = why_not_forked("", env, [folder, *_pythonpath(env)], prefixes, server_env, sought)
-            if isinstance(args, list) and args[:2] == [sys.executable, "-c"]:
+            if kind is not None:
                 log = os.environ.get("DETCONF_TESTS_WARM_LOG")
                 if log:
                     with open(log, "a", encoding="utf-8") as f:
-                        f.write(json.dumps({"test": test, "warm": why is None, "why": why, "flavour": "python-c",
+                        f.write(json.dumps({"test": test, "warm": why is None, "why": why, "flavour": kind,
                                             "seconds": 0.0, "command": [str(a)[:200] for a in args[1:]],
                                             "cwd": folder}) + "\n")
-            super().__init__(args, socket_path if why is None else None, *popen_args, **kwargs)
+            super().__init__(args, socket_path if why is None else None, *popen_args,
+                             request={"group": group, "import_time": list(prefixes), "test": test}, **kwargs)
 
     subprocess.Popen = RoutedPopen
 
