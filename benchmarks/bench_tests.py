@@ -106,9 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  detconf.child's processes: {sum(r['warm'] for r in children)} forked, "
           f"{len(children) - sum(r['warm'] for r in children)} started fresh"
           + "".join(f"; {n} {why}" for why, n in sorted(started.items(), key=lambda kv: -kv[1])))
-    for kind in ("python-c", "python-m-pytest"):
+    for kind, label in (("python-c", "python -c"), ("python-m-pytest", "python -m pytest")):
         runs = [r for r in plain if r["flavour"] == kind]
-        print(f"  {kind.replace('-', ' ', 1).replace('m-', 'm ')} in forked detconf commands: "
+        print(f"  {label} in forked detconf commands: "
               f"{sum(r['warm'] for r in runs)} forked, {sum(not r['warm'] for r in runs)} started fresh")
     files: dict[str, list] = defaultdict(list)
     for r in inner:
