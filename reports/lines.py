@@ -4,7 +4,6 @@ into line spans (numpy over the bytes), with the limits every line is held to (l
 
 from __future__ import annotations
 
-import io
 import os
 import re
 from dataclasses import dataclass
@@ -162,7 +161,7 @@ def _size(f) -> int | None:
     """The size of the open file ``f`` now (None: it has none to tell)."""
     try:
         return os.fstat(f.fileno()).st_size
-    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+    except (OSError, AttributeError, ValueError):  # io.UnsupportedOperation is an OSError
         return None
 
 

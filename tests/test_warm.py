@@ -623,7 +623,7 @@ def test_a_forked_gpu_run_forks_its_machine_probe_and_answers_as_a_fresh_one(tmp
 
 @pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
 def test_only_a_plain_python_c_start_is_forked_in_such_a_child(tmp_path, monkeypatch):
-    """What ``_route_python_c`` installs in a forked ``python -m detconf`` child, here: a plain
+    """What ``_route_python_starts`` installs in a forked ``python -m detconf`` child, here: a plain
     ``python -c`` is forked (its parent is the server), one that asks for a session of its own,
     a ``preexec_fn``, or a changed variable read at import starts as ``subprocess`` starts it."""
     import subprocess
@@ -635,7 +635,7 @@ def test_only_a_plain_python_c_start_is_forked_in_such_a_child(tmp_path, monkeyp
     monkeypatch.setattr(subprocess, "Popen", subprocess.Popen)  # put back after the test
     monkeypatch.setattr(warm_server, "SERVED", {"socket": str(server.socket), "env": server.env})
     monkeypatch.setenv("DETCONF_TESTS_WARM_LOG", str(tmp_path / "warm.jsonl"))
-    warm_server._route_python_c({"import_time": list(warm.IMPORT_TIME)})
+    warm_server._route_python_starts({"import_time": list(warm.IMPORT_TIME)})
     parent = [sys.executable, "-c", "import os; print(os.getppid(), os.getsid(0) == os.getpid())"]
     seen = {}
     for name, kwargs in (("plain", {}), ("session", {"start_new_session": True}),

@@ -33,7 +33,7 @@ reports' processes; ``tests/test_child.py`` judges ``detconf.child``'s own start
 such a child a plain ``python -c`` start (``gpu-run``'s description of the machine) and
 ``gpu-run``'s steps (``python -m pytest``, each in a process group of its own) are forked as well,
 any other start of its own (another ``preexec_fn``, a new session, another interpreter) is not
-(``warm_server._route_python_c``).
+(``warm_server._route_python_starts``).
 
 Two more kinds of command are forked the same way, each from a server of its own flavour:
 ``python -m detconf.reports ARGS`` (a server that imported NumPy, pandas, pyarrow and matplotlib, not torch)
@@ -78,6 +78,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from tests import warm_server
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = Path(__file__).with_name("warm_server.py")
@@ -196,11 +198,9 @@ def _server_for(env: dict, flavour: str = "pytest", imports: tuple[str, ...] = (
 def _path_is_neutral(server: _Server, env: dict, first: str) -> bool:
     """Whether no folder of the child's ``sys.path`` before the interpreter's own (``first``, then,
     but for ``-I``, ``env``'s ``PYTHONPATH``) could have changed the server's imports."""
-    from tests.warm_server import neutral
-
     own = set(base_env().get("PYTHONPATH", "").split(os.pathsep))
     extra = [] if server.flavour == "isolated" else env.get("PYTHONPATH", "").split(os.pathsep)
-    return all(neutral(folder, server.sought()) for folder in [first, *extra]
+    return all(warm_server.neutral(folder, server.sought()) for folder in [first, *extra]
                if folder and not (folder in own and folder != first))
 
 
@@ -233,14 +233,10 @@ def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None =
         return _forked(server, cmd, form[1], cwd, env, timeout, stdout, stderr, text, fsize)
     finally:
         stats["cold" if server is None else "warm"] += 1
-        log = os.environ.get("DETCONF_TESTS_WARM_LOG")
-        if log:  # one line per command: how it ran and why, for benchmarks/bench_tests.py
-            with open(log, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
-                                    "warm": server is not None, "why": None if server else why,
-                                    "flavour": form[0] if form else None,
-                                    "seconds": round(time.monotonic() - started, 3),
-                                    "command": [str(a) for a in cmd[1:]], "cwd": str(cwd)}) + "\n")
+        warm_server.log_line(test=os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
+                             warm=server is not None, why=None if server else why, flavour=form[0] if form else None,
+                             seconds=round(time.monotonic() - started, 3), command=[str(a) for a in cmd[1:]],
+                             cwd=str(cwd))
 
 
 #: While set (:func:`children_cold`), ``detconf.child`` starts its processes as it does elsewhere.
@@ -254,7 +250,6 @@ def fork_children() -> None:
     if os.environ.get("DETCONF_TESTS_COLD") == "1":
         return
     from detconf import child
-    from tests import warm_server
 
     def server_for(env: dict):
         if _children_cold.is_set():
@@ -262,9 +257,8 @@ def fork_children() -> None:
         server = _server_for(env, "pytest")
         if server is None:
             base = base_env()
-            changed = sorted(k for k in set(env) | set(base) if env.get(k) != base.get(k)
-                             and k.startswith(IMPORT_TIME) and k != "PYTHONPATH")
-            return "environment: " + ", ".join(changed) if changed else "the server could not start"
+            differ = warm_server.changed(env, base, IMPORT_TIME, ("PYTHONPATH",))
+            return "environment: " + ", ".join(differ) if differ else "the server could not start"
         return str(server.socket), server.env, server.sought()
 
     warm_server.fork_child_processes(child, server_for, IMPORT_TIME)

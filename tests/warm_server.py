@@ -37,6 +37,7 @@ and the child's ``sys.path`` is the one the interpreter would give (``-m``: the 
 """
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
@@ -45,7 +46,7 @@ import socket
 import struct
 import sys
 import warnings
-from importlib.machinery import PathFinder, SourceFileLoader
+from importlib.machinery import PathFinder, SourceFileLoader, all_suffixes
 
 
 def _frame(sock: socket.socket, payload: dict) -> None:
@@ -62,6 +63,22 @@ def _report_exit(sock: socket.socket, status: int) -> None:
     except OSError:
         pass
     sock.close()
+
+
+def log_line(**fields) -> None:
+    """One JSON line in ``DETCONF_TESTS_WARM_LOG`` (where it is set): how an inner run started and
+    why, for ``benchmarks/bench_tests.py``."""
+    log = os.environ.get("DETCONF_TESTS_WARM_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps(fields) + "\n")
+
+
+def changed(env: dict, other: dict, prefixes: tuple[str, ...], ignore: tuple[str, ...] = ()) -> list[str]:
+    """The variables named by ``prefixes`` (but ``ignore``) whose values differ between ``env`` and
+    ``other``, sorted."""
+    return sorted(k for k in set(env) | set(other) if env.get(k) != other.get(k) and k.startswith(prefixes)
+                  and k not in ignore)
 
 
 def _exact(sock: socket.socket, size: int) -> bytes:
@@ -339,6 +356,20 @@ def _fresh(request: dict, fds: list[int], filters: list, finder: PrecompiledFind
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _run_code(code: str, argv: list[str], orig_argv: list[str], env: dict, base: list[str]) -> None:
+    """Run ``code`` as ``python -c`` runs it (the folder, as '', first on ``sys.path``, then
+    ``env``'s ``PYTHONPATH``; a new ``__main__``), then exit as the interpreter does after it."""
+    sys.path[:] = ["", *_pythonpath(env), *base]
+    sys.argv, sys.orig_argv = argv, orig_argv
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+    exec(compile(code, "<string>", "exec"), main.__dict__)
+    sys.exit(0)
+
+
 def _pythonpath(env: dict) -> list[str]:
     """The folders ``env``'s ``PYTHONPATH`` puts on ``sys.path``, as the interpreter puts them."""
     return [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -354,19 +385,10 @@ def _child(request: dict, fds: list[int], filters: list, base: list[str],
     if "import_time" in request and SERVED.get("flavour") == "pytest":
         _fork_children(request)
         if request.get("module") == "detconf":
-            _route_python_c(request)
+            _route_python_starts(request)
     code = request.get("code")
-    if code is not None:  # python -c CODE ARGS (a fresh process of detconf.child): the folder ('') first
-        sys.path[:] = ["", *_pythonpath(request["env"]), *base]
-        sys.argv = ["-c", *request["args"]]
-        sys.orig_argv = [sys.executable, "-c", code, *request["args"]]
-        import types
-
-        main = types.ModuleType("__main__")
-        main.__dict__["__builtins__"] = __builtins__
-        sys.modules["__main__"] = main
-        exec(compile(code, "<string>", "exec"), main.__dict__)
-        sys.exit(0)
+    if code is not None:  # python -c CODE ARGS (a fresh process of detconf.child, gpu-run's probe)
+        _run_code(code, ["-c", *request["args"]], [sys.executable, "-c", code, *request["args"]], request["env"], base)
     script = request.get("script")
     if script is not None:  # -I: no PYTHONPATH; the script's folder first only before Python 3.11 (-P)
         first = [] if SAFE_PATH else [os.path.dirname(os.path.abspath(script))]
@@ -562,21 +584,12 @@ def _worker(request: dict, fds: list[int], filters: list, base: list[str], finde
     try:
         try:
             _fresh(request, fds, filters, finder)
-            sys.path[:] = ["", *_pythonpath(request["env"]), *base]  # -c: the folder, as ''
             flags, code = request["args"][:-2], request["args"][-1]
             if "-B" in flags:
                 sys.dont_write_bytecode = True
             for stream in (sys.stdout, sys.stderr):  # -u
                 stream.reconfigure(write_through=True)
-            sys.argv = ["-c"]
-            sys.orig_argv = [sys.executable, *request["args"]]
-            import types
-
-            main = types.ModuleType("__main__")
-            main.__dict__["__builtins__"] = __builtins__
-            sys.modules["__main__"] = main
-            exec(compile(code, "<string>", "exec"), main.__dict__)
-            sys.exit(0)
+            _run_code(code, ["-c"], [sys.executable, *request["args"]], request["env"], base)
         except SystemExit as exc:
             _exit(exc.code)
     except BaseException:  # noqa: BLE001 - as an interpreter ends on an uncaught exception
@@ -678,11 +691,9 @@ def _workers_from(zygote: tuple[socket.socket, dict, str], request: dict) -> Non
         if not (isinstance(args, list) and args[:1] == [sys.executable] and args[-2:] == ["-c", popen_bootstrapline]
                 and set(args[1:-2]) <= {"-u", "-B"} and "-u" in args):
             return "not execnet's popen line with this interpreter"
-        now = dict(os.environ)
-        changed = sorted(k for k in set(now) | set(env) if now.get(k) != env.get(k)
-                         and k.startswith(prefixes) and k not in READ_WHEN_USED)
-        if changed:
-            return "environment: " + ", ".join(changed)
+        differ = changed(dict(os.environ), env, prefixes, READ_WHEN_USED)
+        if differ:
+            return "environment: " + ", ".join(differ)
         if os.getcwd() != cwd:
             return "another folder"
         return None
@@ -698,12 +709,8 @@ def _workers_from(zygote: tuple[socket.socket, dict, str], request: dict) -> Non
                     popen = ForkedWorker(list(args), sock)
                 except OSError as exc:
                     why = f"the zygote: {exc}"
-            log = os.environ.get("DETCONF_TESTS_WARM_LOG")
-            if log:
-                with open(log, "a", encoding="utf-8") as f:
-                    f.write(json.dumps({"test": test, "warm": popen is not None, "why": why,
-                                        "flavour": "xdist-worker", "seconds": 0.0, "command": list(args[1:]),
-                                        "cwd": os.getcwd()}) + "\n")
+            log_line(test=test, warm=popen is not None, why=why, flavour="xdist-worker", seconds=0.0,
+                     command=list(args[1:]), cwd=os.getcwd())
             if popen is None:
                 original(self, args, execmodel)
                 return
@@ -747,8 +754,6 @@ def neutral(folder: str, sought: set[str]) -> bool:
         if entry.name.endswith((".dist-info", ".egg-info", ".egg-link", ".pth", ".egg")):
             return False
         # a package or namespace folder, or a module file (``pytest.ini`` is neither)
-        from importlib.machinery import all_suffixes
-
         importable = entry.is_dir() or entry.name.endswith(tuple(all_suffixes()))
         if importable and entry.name.split(".")[0] in sought:
             return False
@@ -762,28 +767,27 @@ def why_not_forked(target: str, env: dict, folders: list[str], prefixes: tuple[s
     (None: it is)."""
     if target.startswith(FRESH_ONLY):
         return "a process compared with other processes, or a report's"
-    changed = sorted(k for k in set(env) | set(server_env) if env.get(k) != server_env.get(k)
-                     and k.startswith(prefixes) and k != "PYTHONPATH" and k not in READ_WHEN_USED)
-    if changed:
-        return "environment: " + ", ".join(changed)
+    differ = changed(env, server_env, prefixes, ("PYTHONPATH", *READ_WHEN_USED))
+    if differ:
+        return "environment: " + ", ".join(differ)
     if not all(neutral(folder, sought) for folder in folders):
         return "a folder first on sys.path"
     return None
 
 
+@functools.cache
 def _popen_class():
     """``ForkedPopen``: a ``subprocess.Popen`` whose process a warm server forks (made once, where
     ``subprocess`` is imported anyway)."""
-    global _POPEN
-    if _POPEN is not None:
-        return _POPEN
     import subprocess
 
     class ForkedPopen(subprocess.Popen):
-        """``python -c CODE ARGS`` as ``subprocess.Popen`` starts it, but forked by the server at
-        ``server``: the same pipes, folder, environment and ``Popen`` methods; its pid is real (a
-        signal reaches it), its exit status comes from the server, whose child it is. No
-        ``preexec_fn``, ``pass_fds`` or ``shell``."""
+        """``python -c CODE ARGS`` or ``python -m pytest ARGS`` as ``subprocess.Popen`` starts it,
+        but forked by the server at ``server`` (None: started as ``subprocess`` starts it): the
+        same pipes, folder, environment and ``Popen`` methods; its pid is real (a signal reaches
+        it), its exit status comes from the server, whose child it is. ``request``: fields the
+        server's child reads too (``group``: a process group of its own, the one ``preexec_fn``
+        taken; ``import_time``, ``test``). No other ``preexec_fn``, no ``pass_fds`` or ``shell``."""
 
         def __init__(self, args, server: str | None, *popen_args, request: dict | None = None, **kwargs):
             self._server, self._status, self._forked, self._request = server, None, False, dict(request or {})
@@ -847,11 +851,7 @@ def _popen_class():
                     raise subprocess.TimeoutExpired(self.args, timeout)
             return self.returncode
 
-    _POPEN = ForkedPopen
-    return _POPEN
-
-
-_POPEN = None
+    return ForkedPopen
 
 
 def fork_child_processes(module, server_for, prefixes: tuple[str, ...], test: str = "") -> None:
@@ -883,19 +883,15 @@ def fork_child_processes(module, server_for, prefixes: tuple[str, ...], test: st
                                       stderr=subprocess.PIPE, text=True, encoding="utf-8", env=env)
             except OSError as exc:
                 why = f"the server: {exc}"
-        log = os.environ.get("DETCONF_TESTS_WARM_LOG")
-        if log:
-            with open(log, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"test": test or os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
-                                    "warm": proc is not None, "why": why, "flavour": "child", "seconds": 0.0,
-                                    "command": [target], "cwd": os.fspath(cwd or os.getcwd())}) + "\n")
+        log_line(test=test or os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0], warm=proc is not None,
+                 why=why, flavour="child", seconds=0.0, command=[target], cwd=os.fspath(cwd or os.getcwd()))
         return proc if proc is not None else original(target, payload, env=env, cwd=cwd, stdin=stdin, path=path)
 
     start_child.forks = True
     module.start_child = start_child
 
 
-def _route_python_c(request: dict) -> None:
+def _route_python_starts(request: dict) -> None:
     """In a forked ``python -m detconf`` child (``gpu-run``): every ``subprocess.Popen`` (and so
     ``subprocess.run``) of ``python -c CODE`` or ``python -m pytest ARGS`` with this interpreter,
     the caller's streams, folder and environment and nothing else asked of the start (no
@@ -933,12 +929,8 @@ def _route_python_c(request: dict) -> None:
             else:
                 why = why_not_forked("", env, [folder, *_pythonpath(env)], prefixes, server_env, sought)
             if kind is not None:
-                log = os.environ.get("DETCONF_TESTS_WARM_LOG")
-                if log:
-                    with open(log, "a", encoding="utf-8") as f:
-                        f.write(json.dumps({"test": test, "warm": why is None, "why": why, "flavour": kind,
-                                            "seconds": 0.0, "command": [str(a)[:200] for a in args[1:]],
-                                            "cwd": folder}) + "\n")
+                log_line(test=test, warm=why is None, why=why, flavour=kind, seconds=0.0,
+                         command=[str(a)[:200] for a in args[1:]], cwd=folder)
             super().__init__(args, socket_path if why is None else None, *popen_args,
                              request={"group": group, "import_time": list(prefixes), "test": test}, **kwargs)
 
