@@ -19,6 +19,7 @@ import pytest
 
 from detconf import gpupack, gpurun, wheels
 from tests.test_gpu_runner import CANNED, ROOT, collecting_only, make_wheel
+from tests import warm
 from tests.test_gpu_session import PYTHON_ENV, cli, members
 
 PKG = "detconf-h4-notinstalled"  # the entries' notinstalledpkg: a name no index or interpreter has
@@ -200,13 +201,12 @@ def test_G27_sigterm_keeps_every_steps_record_and_leaves_no_step_running(tmp_pat
     documented step's record, steps.json, COMMAND.md and the archive are there, the exit status
     is 143 with a line saying so, and the step's pytest is not left running."""
     out, pidfile = tmp_path / "gterm", tmp_path / "step.pid"
-    env = {**PYTHON_ENV, "DETCONF_H4_PIDFILE": str(pidfile)}
-    proc = subprocess.Popen([sys.executable, "-m", "detconf", "gpu-run", "--steps", "documented,tests", "-n", "0",
-                             "--device", "cpu", "--quiet", "--out", str(out), "--",
-                             *collecting_only("test_hostile_round4_gpu.py"), "-k",
-                             f"({ONE_CASE}) or G27_sleep_target", "--continue-on-collection-errors"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    env = {**warm.base_env(), "DETCONF_H4_PIDFILE": str(pidfile)}
+    proc = warm.popen([sys.executable, "-m", "detconf", "gpu-run", "--steps", "documented,tests", "-n", "0",
+                       "--device", "cpu", "--quiet", "--out", str(out), "--",
+                       *collecting_only("test_hostile_round4_gpu.py"), "-k",
+                       f"({ONE_CASE}) or G27_sleep_target", "--continue-on-collection-errors"],
+                      cwd=ROOT, env=env, new_session=True)
     _wait_for(pidfile, proc)
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=60)
@@ -227,13 +227,11 @@ def test_G28_ctrl_c_lets_the_steps_pytest_write_its_end_record_and_summary(tmp_p
     """Ctrl-C to the process group while the documented step runs a case: pytest's own Ctrl-C
     handling is not cut off: its end record (outcome incomplete) and its summary are written."""
     out, mark = tmp_path / "gint", tmp_path / "case.pid"
-    env = {**PYTHON_ENV, "DETCONF_H4_SLOW_CALL": str(mark)}
-    proc = subprocess.Popen([sys.executable, "-m", "detconf", "gpu-run", "--steps", "documented", "-n", "0",
-                             "--device", "cpu", "--quiet", "--out", str(out), "--", "-k", ONE_CASE,
-                             "-p", "tests.test_hostile_round4_gpu"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    env = {**warm.base_env(), "DETCONF_H4_SLOW_CALL": str(mark)}
+    proc = warm.popen([sys.executable, "-m", "detconf", "gpu-run", "--steps", "documented", "-n", "0",
+                       "--device", "cpu", "--quiet", "--out", str(out), "--", "-k", ONE_CASE,
+                       "-p", "tests.test_hostile_round4_gpu"],
+                      cwd=ROOT, env=env, new_session=True)
     _wait_for(mark, proc)
     os.killpg(proc.pid, signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
@@ -260,9 +258,9 @@ def test_G30_a_second_run_into_the_same_OUT_refuses_instead_of_interleaving(tmp_
 
     def race(text, root, checkout):
         path = found_new(text, root, checkout)  # B: "new or empty"
-        a = subprocess.Popen([sys.executable, "-m", "detconf", "gpu-run", "--steps", "documented", "-n", "0",
-                              "--device", "cpu", "--quiet", "--out", str(out), "--", "-k", ONE_CASE],
-                             cwd=ROOT, env=PYTHON_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        a = warm.popen([sys.executable, "-m", "detconf", "gpu-run", "--steps", "documented", "-n", "0",
+                        "--device", "cpu", "--quiet", "--out", str(out), "--", "-k", ONE_CASE],
+                       cwd=ROOT, env=warm.base_env())
         started.append(a)
         _wait_for(out / "console.log", a, 120)  # A has taken the folder
         return path

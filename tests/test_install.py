@@ -40,8 +40,11 @@ def _copy_source(into: Path) -> Path:
 
 
 def _torch_of(python: Path | str) -> str:
-    out = subprocess.run([str(python), "-c", "import torch; print(torch.__version__, torch.__file__)"],
-                         capture_output=True, text=True, timeout=300, env=clean_env(), cwd="/")
+    """The version and file of the torch ``python`` imports (found as its import finds it; the
+    suite runs in these tests import it)."""
+    code = ("import importlib.metadata as m, importlib.util as u; "
+            "print(m.version('torch'), u.find_spec('torch').origin)")
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300, env=clean_env(), cwd="/")
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout.strip()
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from detconf.conformance import recipes_sweep, sweep
 from detconf.engine import docspec
 import detconf.conformance.registry  # noqa: F401  (registers the recipes)
+from tests import warm
 from detconf.engine.entry import CatalogError, Entry
 from detconf.engine.program import Program, RecipeSkipped, recipe_for
 from detconf.engine.runner import DETERMINISM_ALERT, observe
@@ -382,8 +383,6 @@ def test_uninitialized_outputs_are_marked(entries):
 def test_loading_the_op_database_keeps_the_chosen_hypothesis_profile(profile, max_examples, derandomize, ci_env):
     """Under a CI environment variable Hypothesis derandomizes its default profile; ours must not inherit that."""
     import os
-    import subprocess
-    import sys
 
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "GITHUB_ACTIONS")}
     if ci_env:
@@ -393,6 +392,6 @@ def test_loading_the_op_database_keeps_the_chosen_hypothesis_profile(profile, ma
             "from detconf.conformance.sweep import load_op_db; load_op_db()\n"
             "from hypothesis import settings; s = settings()\n"
             "print(settings._current_profile, s.max_examples, s.derandomize)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    out = warm.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-500:]
     assert out.stdout.split() == [profile, str(max_examples), str(derandomize)]

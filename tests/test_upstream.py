@@ -65,12 +65,22 @@ def _result(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(line[-1][len("RESULT "):])
 
 
-def _script_imports(text: str) -> tuple[str, ...]:
-    """The torch modules a script imports whatever it does: those its opening import statements
-    name, then, where its ``COMPILE`` names a backend, what ``torch.compile`` imports for it."""
+def _inductor_config_on_mode_change() -> bool:
+    """Whether this torch's ``use_deterministic_algorithms`` imports Inductor's configuration (it
+    sets Inductor's ``deterministic`` too), read from its source: 2.13's does, 2.5.1's does not."""
+    import inspect
+
+    try:
+        return "import torch._inductor.config" in inspect.getsource(torch.use_deterministic_algorithms)
+    except (OSError, TypeError):
+        return False
+
+
+def _opening_imports(body: list) -> list[str]:
+    """The modules the import statements at the start of ``body`` name (after a docstring)."""
     names: list[str] = []
-    for node in ast.parse(text).body:
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and not names:
+    for k, node in enumerate(body):
+        if k == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             continue  # the docstring
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
@@ -78,12 +88,37 @@ def _script_imports(text: str) -> tuple[str, ...]:
             names.append(node.module)
         else:
             break
+    return names
+
+
+def _main_runs(tree: ast.Module) -> ast.FunctionDef | None:
+    """The module's ``main`` where its last statement is ``if __name__ == '__main__': main()``."""
+    last = tree.body[-1] if tree.body else None
+    runs = (isinstance(last, ast.If) and ast.unparse(last.test).replace('"', "'") == "__name__ == '__main__'"
+            and [ast.unparse(n) for n in last.body] == ["main()"])
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"), None) if runs else None
+
+
+def _script_imports(text: str) -> tuple[str, ...]:
+    """The torch modules a script imports whatever it does: those its opening import statements
+    name, and those of its ``main`` where the script ends by calling it; then, where its
+    ``COMPILE`` names a backend, what ``torch.compile`` imports for it, or where it sets the mode
+    (every run does) and this torch's ``use_deterministic_algorithms`` imports Inductor's
+    configuration, that. Inductor's configuration comes after Dynamo, which it imports: a script
+    compiled with ``aot_eager``, an eager one and one that imports the configuration itself are
+    forked from the same server."""
+    tree = ast.parse(text)
+    main = _main_runs(tree)
+    names = _opening_imports(tree.body) + (_opening_imports(main.body) if main is not None else [])
     names = [n for n in names if n.split(".")[0] == "torch"]
     backend = re.search(r"^COMPILE = '(\w+)'", text, re.M)
-    if backend:
+    if backend or ("torch.use_deterministic_algorithms(" in text and _inductor_config_on_mode_change()):
         names += ["torch._dynamo", "torch._inductor.config"]
-        names += ["torch._inductor.compile_fx"] if backend.group(1) == "inductor" else []
-    return tuple(names)
+    if "torch._inductor.config" in names and "torch._dynamo" not in names[:names.index("torch._inductor.config")]:
+        names.insert(names.index("torch._inductor.config"), "torch._dynamo")
+    if backend and backend.group(1) == "inductor":
+        names += ["torch._inductor.compile_fx"]
+    return tuple(dict.fromkeys(names))
 
 
 def test_a_script_names_the_torch_modules_it_imports_first():
@@ -94,6 +129,17 @@ def test_a_script_names_the_torch_modules_it_imports_first():
     assert _script_imports(text + "COMPILE = 'inductor'\n")[-1] == "torch._inductor.compile_fx"
     assert _script_imports(text + "COMPILE = None\n")[-1] == "torch.testing._internal.x"
     assert _script_imports('import json\n') == ()
+    # every script sets the mode: where that imports Inductor's configuration, an eager script's
+    # list is an aot_eager one's
+    eager = _script_imports(text + "COMPILE = None\ntorch.use_deterministic_algorithms(True)\n")
+    aot = _script_imports(text + "COMPILE = 'aot_eager'\ntorch.use_deterministic_algorithms(True)\n")
+    assert aot == _script_imports(text + "COMPILE = 'aot_eager'\n")
+    assert (eager == aot) is _inductor_config_on_mode_change()
+    # the opening imports of a main() the script ends by calling; not of one it does not call
+    body = text + 'def main():\n    """doc"""\n    import torch._inductor.config as c\n    x = 1\n    import torch.fft\n'
+    assert _script_imports(body + "\n\nif __name__ == '__main__':\n    main()\n") == _script_imports(
+        text + "COMPILE = 'aot_eager'\n")
+    assert _script_imports(body) == _script_imports(text)
 
 
 # -- the inputs a script builds are the suite's --------------------------------------------

@@ -87,9 +87,13 @@ SERVER = Path(__file__).with_name("warm_server.py")
 #: Prefixes of variables that torch, NumPy, Hypothesis, matplotlib, OpenMP, the allocator or the interpreter read
 #: at import or start: a command whose value differs from the server's runs cold.
 #: ``PYTHONPATH`` is the exception: the child puts its entries on ``sys.path`` as the interpreter would.
+#: Hypothesis loads its ``ci`` profile at import where one of the variables of a CI service is set
+#: (``hypothesis._settings._CI_VARS``: ``CI``, ``GITHUB_ACTIONS``, ``TF_BUILD``, ...).
 IMPORT_TIME = ("PYTHON", "TORCH", "_TORCH", "PYTORCH", "CUDA", "CUBLAS", "CUDNN", "NCCL", "NVIDIA", "OMP_", "KMP_",
                "MKL", "GOMP", "OPENBLAS", "TRITON", "HYPOTHESIS", "_HYPOTHESIS", "NUMPY", "NPY_", "LD_", "MALLOC",
-               "KINETO", "TMP", "TEMP", "HOME", "XDG_", "LANG", "LC_", "COVERAGE", "MPL")
+               "KINETO", "TMP", "TEMP", "HOME", "XDG_", "LANG", "LC_", "COVERAGE", "MPL",
+               "CI", "__TOX_ENVIRONMENT_VARIABLE_ORIGINAL_CI", "TF_BUILD", "bamboo.", "BUILDKITE", "CODEBUILD_",
+               "GITHUB_ACTIONS", "GITLAB_CI", "HEROKU_TEST_RUN_ID", "TEAMCITY_VERSION")
 
 _lock = threading.Lock()
 _servers: dict[tuple, "_Server"] = {}
@@ -119,6 +123,8 @@ def _form(cmd: list) -> tuple[str, dict] | None:
         return None
     if cmd[1] == "-m" and cmd[2] in ("pytest", "detconf"):
         return "pytest", {"module": cmd[2], "args": list(cmd[3:])}
+    if cmd[1] == "-c":
+        return "pytest", {"code": cmd[2], "args": list(cmd[3:])}
     if cmd[1] == "-m" and cmd[2] in REPORTS_MODULES:
         return "reports", {"module": cmd[2], "args": list(cmd[3:])}
     if cmd[1] == "-I" and not cmd[2].startswith("-"):
@@ -204,17 +210,8 @@ def _path_is_neutral(server: _Server, env: dict, first: str) -> bool:
                if folder and not (folder in own and folder != first))
 
 
-def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None = None, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text: bool = True, fsize: int | None = None, cold: bool = False,
-        capture_output: bool = False, imports: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """``subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, stdout=stdout, stderr=stderr,
-    text=text)`` (with ``RLIMIT_FSIZE`` set to ``fsize`` when given), for ``cmd = [sys.executable,
-    "-m", "pytest", *args]`` (or ``"detconf"``), ``[sys.executable, "-m", "detconf.reports", *args]`` or
-    ``[sys.executable, "-I", script, *args]`` (with ``imports``, the modules ``script`` imports
-    whatever it does): forked from a warm server where the module's rules allow."""
-    if capture_output:
-        stdout = stderr = subprocess.PIPE
-    env = dict(os.environ if env is None else env)
+def _choose(cmd: list, cwd, env: dict, cold: bool, imports: tuple[str, ...]) -> tuple["_Server | None", str | None, tuple | None]:
+    """The server that forks ``cmd`` (None: it runs cold), why not, and ``cmd``'s form (:func:`_form`)."""
     server, why, form = None, "asked" if cold else "DETCONF_TESTS_COLD=1", _form(list(cmd))
     may_fork = not cold and os.environ.get("DETCONF_TESTS_COLD") != "1"
     if may_fork and form is not None and form[0] == "isolated" and not imports:
@@ -226,6 +223,21 @@ def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None =
             server, why = None, "a folder first on sys.path"
     elif may_fork:
         why = "not a form a server forks"
+    return server, (None if server is not None else why), form
+
+
+def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None = None, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text: bool = True, fsize: int | None = None, cold: bool = False,
+        capture_output: bool = False, imports: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, stdout=stdout, stderr=stderr,
+    text=text)`` (with ``RLIMIT_FSIZE`` set to ``fsize`` when given), for ``cmd = [sys.executable,
+    "-m", "pytest", *args]`` (or ``"detconf"``), ``[sys.executable, "-m", "detconf.reports", *args]`` or
+    ``[sys.executable, "-I", script, *args]`` (with ``imports``, the modules ``script`` imports
+    whatever it does): forked from a warm server where the module's rules allow."""
+    if capture_output:
+        stdout = stderr = subprocess.PIPE
+    env = dict(os.environ if env is None else env)
+    server, why, form = _choose(cmd, cwd, env, cold, imports)
     started = time.monotonic()
     try:
         if server is None:
@@ -237,6 +249,43 @@ def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None =
                              warm=server is not None, why=None if server else why, flavour=form[0] if form else None,
                              seconds=round(time.monotonic() - started, 3), command=[str(a) for a in cmd[1:]],
                              cwd=str(cwd))
+
+
+def popen(cmd: list, *, cwd=ROOT, env: dict | None = None, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+          text: bool = True, new_session: bool = False) -> subprocess.Popen:
+    """``subprocess.Popen(cmd, cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=text,
+    start_new_session=new_session)`` for ``cmd = [sys.executable, "-m", "detconf", *args]`` (a
+    ``gpu-run`` a test signals while it runs), with SIGINT as a fresh interpreter installs it even
+    where this process ignores it: forked from the ``pytest`` server where :func:`run`'s rules
+    allow (in a session of its own with ``new_session``; its description of the machine and its
+    steps forked in turn, as in :func:`run`), else started so. The pid is the process's own:
+    signals, ``os.killpg`` and ``communicate`` act as on a started one."""
+    env = dict(os.environ if env is None else env)
+    server, why, form = _choose(cmd, cwd, env, False, ())
+    if server is not None and form[1].get("module") != "detconf":
+        server, why = None, "not a python -m detconf line"
+    proc = None
+    if server is not None:
+        try:
+            proc = warm_server._popen_class()(
+                list(cmd), str(server.socket), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
+                stderr=stderr, text=text, request={"session": new_session, "import_time": list(IMPORT_TIME),
+                                                   "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]})
+        except OSError as exc:
+            why = f"the server: {exc}"
+    if proc is None:
+        # SIGINT at its default before the interpreter starts: it then installs its own handler,
+        # as the forked child has it (a process started in the background may inherit it ignored)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                text=text, start_new_session=new_session, preexec_fn=_sigint_default)
+    stats["cold" if why else "warm"] += 1
+    warm_server.log_line(test=os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0], warm=why is None,
+                         why=why, flavour="popen", seconds=0.0, command=[str(a) for a in cmd[1:]], cwd=str(cwd))
+    return proc
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 #: While set (:func:`children_cold`), ``detconf.child`` starts its processes as it does elsewhere.

@@ -380,7 +380,9 @@ def _child(request: dict, fds: list[int], filters: list, base: list[str],
     """Become ``python -m MODULE ARGS`` (or ``python -I SCRIPT ARGS``) in the caller's folder,
     environment and streams."""
     _fresh(request, fds, filters, finder)
-    if request.get("group"):  # a process group of its own (gpu-run's steps: detconf.gpurun._child_setup)
+    if request.get("session"):  # a session of its own (start_new_session)
+        os.setsid()
+    elif request.get("group"):  # a process group of its own (gpu-run's steps: detconf.gpurun._child_setup)
         os.setpgrp()
     if "import_time" in request and SERVED.get("flavour") == "pytest":
         _fork_children(request)
@@ -407,6 +409,10 @@ def _child(request: dict, fds: list[int], filters: list, base: list[str],
         _workers_from(_zygote(filters, base, finder), request)
     sys.argv = ["-m", *request["args"]]  # as the interpreter has it until runpy names the module's file
     sys.orig_argv = [sys.executable, "-m", module, *request["args"]]
+    try:  # a module not found here: the one line and exit status 1 of the interpreter's -m
+        runpy._get_module_details(module, runpy._Error)
+    except runpy._Error as exc:
+        sys.exit(f"{sys.executable}: {exc}")
     runpy.run_module(module, run_name="__main__", alter_sys=True)  # SystemExit ends the process
     sys.exit(0)
 
@@ -782,12 +788,14 @@ def _popen_class():
     import subprocess
 
     class ForkedPopen(subprocess.Popen):
-        """``python -c CODE ARGS`` or ``python -m pytest ARGS`` as ``subprocess.Popen`` starts it,
-        but forked by the server at ``server`` (None: started as ``subprocess`` starts it): the
-        same pipes, folder, environment and ``Popen`` methods; its pid is real (a signal reaches
-        it), its exit status comes from the server, whose child it is. ``request``: fields the
-        server's child reads too (``group``: a process group of its own, the one ``preexec_fn``
-        taken; ``import_time``, ``test``). No other ``preexec_fn``, no ``pass_fds`` or ``shell``."""
+        """``python -c CODE ARGS``, ``python -m pytest ARGS`` or ``python -m detconf ARGS`` as
+        ``subprocess.Popen`` starts it, but forked by the server at ``server`` (None: started as
+        ``subprocess`` starts it): the same pipes, folder, environment and ``Popen`` methods; its
+        pid is real (a signal reaches it), its exit status comes from the server, whose child it
+        is. ``request``: fields the server's child reads too (``group``: a process group of its
+        own, the one ``preexec_fn`` taken; ``session``: a session of its own, which the caller asks
+        here rather than with ``start_new_session``; ``import_time``, ``test``). No other
+        ``preexec_fn``, no ``pass_fds`` or ``shell``."""
 
         def __init__(self, args, server: str | None, *popen_args, request: dict | None = None, **kwargs):
             self._server, self._status, self._forked, self._request = server, None, False, dict(request or {})
@@ -801,8 +809,8 @@ def _popen_class():
                                               c2pwrite, errread, errwrite, *rest)
             try:
                 args = list(args)
-                if args[1:3] == ["-m", "pytest"]:
-                    form = {"module": "pytest", "args": [str(a) for a in args[3:]]}
+                if args[1:3] in (["-m", "pytest"], ["-m", "detconf"]):
+                    form = {"module": args[2], "args": [str(a) for a in args[3:]]}
                 elif args[1:2] == ["-c"]:
                     form = {"code": args[2], "args": [str(a) for a in args[3:]]}
                 else:
