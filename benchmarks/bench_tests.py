@@ -11,7 +11,10 @@ summed durations per test file, largest first, and the inner runs the tests made
 pytest``, ``python -m detconf.reports``, ``python -I`` scripts): how many were forked from a warm
 interpreter (``tests/warm.py``), per kind, and how many ran cold, and why; how many xdist
 workers of forked ``-n`` runs were forked too, how many of ``detconf.child``'s processes, and how
-many ``python -c`` starts of forked ``python -m detconf`` commands (``tests/warm_server.py``). ``--cold``: every inner run cold (``DETCONF_TESTS_COLD=1``), as before the warm runner;
+many ``python -c`` and ``python -m pytest`` starts of forked ``python -m detconf`` commands
+(``tests/warm_server.py``), and how many ``python -m detconf`` commands a test signals while they
+run (``tests/warm.py`` ``popen``) were forked. ``--cold``: every inner run cold
+(``DETCONF_TESTS_COLD=1``), as before the warm runner;
 ``--inner-log PATH``: keep the inner runs' log (the time per test file is printed either way).
 Asserts nothing; quote the figures with the machine and its load.
 """
@@ -80,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     children = [r for r in inner if r.get("flavour") == "child"]  # detconf.child's processes, a line each
     # python -c and python -m pytest started by forked detconf commands (gpu-run's probe and steps)
     plain = [r for r in inner if r.get("flavour") in ("python-c", "python-m-pytest")]
-    inner = [r for r in inner if r.get("flavour") not in ("xdist-worker", "child", "python-c", "python-m-pytest")]
+    # python -m detconf commands a test signals while they run (tests/warm.py popen), a line each
+    popened = [r for r in inner if r.get("flavour") == "popen"]
+    inner = [r for r in inner if r.get("flavour") not in ("xdist-worker", "child", "python-c", "python-m-pytest", "popen")]
     forked = [r for r in inner if r["warm"]]
     print(f"\ninner runs: {len(forked)} forked warm ({sum(r['seconds'] for r in forked):.1f} s), "
           f"{len(inner) - len(forked)} cold ({sum(r['seconds'] for r in inner if not r['warm']):.1f} s)")
@@ -106,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  detconf.child's processes: {sum(r['warm'] for r in children)} forked, "
           f"{len(children) - sum(r['warm'] for r in children)} started fresh"
           + "".join(f"; {n} {why}" for why, n in sorted(started.items(), key=lambda kv: -kv[1])))
+    print(f"  python -m detconf started with warm.popen: {sum(r['warm'] for r in popened)} forked, "
+          f"{sum(not r['warm'] for r in popened)} started fresh")
     for kind, label in (("python-c", "python -c"), ("python-m-pytest", "python -m pytest")):
         runs = [r for r in plain if r["flavour"] == kind]
         print(f"  {label} in forked detconf commands: "
