@@ -81,7 +81,7 @@ FOREIGN = {
     "--headless": "chromium", "--no-sandbox": "chromium", "--disable-gpu": "chromium",
     "--always": "git describe", "--dirty": "git describe", "--porcelain": "git status",
     "--untracked-files": "git status", "--query-gpu": "nvidia-smi", "--format": "nvidia-smi",
-    "--detach-sign": "gpg", "--armor": "gpg",
+    "--detach-sign": "gpg", "--armor": "gpg", "--subprocesses": "py-spy record", "--rate": "py-spy record",
 }
 
 
