@@ -202,11 +202,18 @@ print(json.dumps(seen))
 """
 
 
-def _in_ci(env: dict) -> bool:
-    """Whether Hypothesis, imported with ``env``, loads its ``ci`` profile (its own rule)."""
+def _ci_vars() -> dict:
+    """The variables whose presence (any value: None) or value makes Hypothesis load its ``ci``
+    profile at import: its own table where it has one, else its older rule (``CI`` or ``TF_BUILD``
+    set)."""
     from hypothesis import _settings
 
-    return any(key in env and (value is None or env[key] == value) for key, value in _settings._CI_VARS.items())
+    return getattr(_settings, "_CI_VARS", {"CI": None, "TF_BUILD": None})
+
+
+def _in_ci(env: dict) -> bool:
+    """Whether Hypothesis, imported with ``env``, loads its ``ci`` profile (its own rule)."""
+    return any(key in env and (value is None or env[key] == value) for key, value in _ci_vars().items())
 
 
 @pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
@@ -216,9 +223,7 @@ def test_a_python_c_line_forked_sees_what_a_fresh_one_sees_and_a_ci_variable_run
     import where a CI service's variable is set: a command whose CI variables differ from the
     server's runs cold, and sees the profile a fresh interpreter sees (forked, it would see the
     server's). Every variable Hypothesis reads so is one the rule compares."""
-    from hypothesis import _settings
-
-    assert all(name.startswith(warm.IMPORT_TIME) for name in _settings._CI_VARS), "a CI variable the rule misses"
+    assert all(name.startswith(warm.IMPORT_TIME) for name in _ci_vars()), "a CI variable the rule misses"
     cmd = [sys.executable, "-c", PYTHON_C, "a b", "--x"]
     env = _env({"WARM_MARKER": "c"})
     before = dict(warm.stats)
@@ -228,7 +233,7 @@ def test_a_python_c_line_forked_sees_what_a_fresh_one_sees_and_a_ci_variable_run
     assert json.loads(forked.stdout) == json.loads(fresh.stdout)
     assert json.loads(forked.stdout)["argv"] == ["-c", "a b", "--x"] and json.loads(forked.stdout)["marker"] == "c"
     # the CI variables turned the other way round from the server's
-    ci = {k: v for k, v in env.items() if k not in _settings._CI_VARS} if _in_ci(env) else {**env, "CI": "true"}
+    ci = {k: v for k, v in env.items() if k not in _ci_vars()} if _in_ci(env) else {**env, "CI": "true"}
     planted = warm.run(cmd, cwd=tmp_path, env=ci, capture_output=True, timeout=120)
     assert warm.stats["cold"] == before["cold"] + 2, "a command with other CI variables ran warm"
     assert json.loads(planted.stdout)["profile"] == ("ci" if _in_ci(ci) else "default")
