@@ -204,11 +204,11 @@ print(json.dumps(seen))
 
 def _ci_vars() -> dict:
     """The variables whose presence (any value: None) or value makes Hypothesis load its ``ci``
-    profile at import: its own table where it has one, else its older rule (``CI`` or ``TF_BUILD``
-    set)."""
+    profile at import: its own table where it has one, else its older rules (``CI``,
+    ``TF_BUILD`` or ``GITLAB_CI`` set)."""
     from hypothesis import _settings
 
-    return getattr(_settings, "_CI_VARS", {"CI": None, "TF_BUILD": None})
+    return getattr(_settings, "_CI_VARS", {"CI": None, "TF_BUILD": None, "GITLAB_CI": None})
 
 
 def _in_ci(env: dict) -> bool:
