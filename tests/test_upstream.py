@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import json
 import math
 import os
@@ -65,6 +66,7 @@ def _result(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(line[-1][len("RESULT "):])
 
 
+@functools.cache
 def _inductor_config_on_mode_change() -> bool:
     """Whether this torch's ``use_deterministic_algorithms`` imports Inductor's configuration (it
     sets Inductor's ``deterministic`` too), read from its source: 2.13's does, 2.5.1's does not."""

@@ -245,7 +245,7 @@ def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None =
         return _forked(server, cmd, form[1], cwd, env, timeout, stdout, stderr, text, fsize)
     finally:
         stats["cold" if server is None else "warm"] += 1
-        warm_server.log_line(test=os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
+        warm_server.log_line(test=warm_server.current_test(),
                              warm=server is not None, why=None if server else why, flavour=form[0] if form else None,
                              seconds=round(time.monotonic() - started, 3), command=[str(a) for a in cmd[1:]],
                              cwd=str(cwd))
@@ -270,7 +270,7 @@ def popen(cmd: list, *, cwd=ROOT, env: dict | None = None, stdout=subprocess.PIP
             proc = warm_server._popen_class()(
                 list(cmd), str(server.socket), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
                 stderr=stderr, text=text, request={"session": new_session, "import_time": list(IMPORT_TIME),
-                                                   "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]})
+                                                   "test": warm_server.current_test()})
         except OSError as exc:
             why = f"the server: {exc}"
     if proc is None:
@@ -279,7 +279,7 @@ def popen(cmd: list, *, cwd=ROOT, env: dict | None = None, stdout=subprocess.PIP
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                                 text=text, start_new_session=new_session, preexec_fn=_sigint_default)
     stats["cold" if why else "warm"] += 1
-    warm_server.log_line(test=os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0], warm=why is None,
+    warm_server.log_line(test=warm_server.current_test(), warm=why is None,
                          why=why, flavour="popen", seconds=0.0, command=[str(a) for a in cmd[1:]], cwd=str(cwd))
     return proc
 
@@ -366,7 +366,7 @@ def _forked(server: _Server, cmd, form: dict, cwd, env, timeout, stdout, stderr,
     # import_time: a pytest child that starts xdist's workers forks them too, where their
     # environment leaves these variables as the child had them (warm_server._workers_from)
     request = json.dumps({**form, "cwd": os.fspath(cwd), "env": env, "fsize": fsize, "import_time": list(IMPORT_TIME),
-                          "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]}).encode()
+                          "test": warm_server.current_test()}).encode()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     chunks = {name: bytearray() for name in readers.values()}
     try:

@@ -74,6 +74,12 @@ def log_line(**fields) -> None:
             f.write(json.dumps(fields) + "\n")
 
 
+def current_test() -> str:
+    """The node id of the test this process runs now (pytest's ``PYTEST_CURRENT_TEST``, its phase
+    left out), or ''."""
+    return os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+
+
 def changed(env: dict, other: dict, prefixes: tuple[str, ...], ignore: tuple[str, ...] = ()) -> list[str]:
     """The variables named by ``prefixes`` (but ``ignore``) whose values differ between ``env`` and
     ``other``, sorted."""
@@ -891,7 +897,7 @@ def fork_child_processes(module, server_for, prefixes: tuple[str, ...], test: st
                                       stderr=subprocess.PIPE, text=True, encoding="utf-8", env=env)
             except OSError as exc:
                 why = f"the server: {exc}"
-        log_line(test=test or os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0], warm=proc is not None,
+        log_line(test=test or current_test(), warm=proc is not None,
                  why=why, flavour="child", seconds=0.0, command=[target], cwd=os.fspath(cwd or os.getcwd()))
         return proc if proc is not None else original(target, payload, env=env, cwd=cwd, stdin=stdin, path=path)
 
