@@ -274,6 +274,102 @@ def test_cold_mode_runs_every_command_as_given(tmp_path):
     assert out.stdout.split() == ["0", "1", "0", "True"], out.stdout + out.stderr
 
 
+# What the server's imports left behind: warnings it recorded and callbacks it registered for exit.
+# Each script below plays a server (imports, then forks a child as the server does) in an
+# interpreter of its own; PLANT, where set, takes the rule out.
+SERVER_STATE = '''
+import os, sys, warnings, weakref
+sys.path.insert(0, sys.argv[1])
+from tests import warm_server
+if os.environ.get("PLANT") == "registry":
+    warnings._filters_mutated = lambda: None  # the child's filters would count as the server's
+if os.environ.get("PLANT") == "finalizers":
+    warm_server._detach_finalizers = lambda: None
+filters = list(warnings.filters)
+
+def warn():
+    warnings.warn("said once per place", UserWarning)
+
+class Held:
+    pass
+
+server = os.getpid()
+
+def said(what):
+    print(what, "in the child" if os.getpid() != server else "in the server", flush=True)
+
+held = [Held(), Held()]
+warn()  # at the server's import: shown, and this place recorded in the module's registry
+weakref.finalize(held[0], said, "the server's callback")
+warm_server._detach_finalizers()
+pid = os.fork()
+if pid == 0:
+    warm_server._fresh({"cwd": os.getcwd(), "env": dict(os.environ)}, [], filters, None)
+    warn()  # a fresh interpreter has shown nothing from here yet
+    weakref.finalize(held[1], said, "the child's callback")
+    try:
+        sys.exit(0)
+    except SystemExit as exc:
+        warm_server._exit(exc.code)
+os.waitpid(pid, 0)
+'''
+
+
+def _server_state(tmp_path: Path, plant: str | None = None) -> subprocess.CompletedProcess:
+    script = tmp_path / "server_state.py"
+    script.write_text(SERVER_STATE, encoding="utf-8")
+    env = _env({"PLANT": plant} if plant else {})
+    return subprocess.run([sys.executable, str(script), str(ROOT)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_a_warning_the_server_recorded_is_shown_again_in_a_child(tmp_path):
+    """The server's imports may warn, and a warning shown once per place is then recorded in that
+    module's ``__warningregistry__``: a child shows it again where its own code warns there, as a
+    fresh interpreter would (the child's filters are a new version: every registry the server
+    filled is stale). Planted: the filters' version not moved on, the child shows nothing."""
+    out = _server_state(tmp_path)
+    assert out.returncode == 0, out.stderr
+    shown = "UserWarning: said once per place"
+    assert out.stderr.count(shown) == 2, out.stderr  # the server's, then the child's
+    planted = _server_state(tmp_path, "registry")
+    assert planted.stderr.count(shown) == 1, planted.stderr
+
+
+def test_a_child_runs_the_exit_callbacks_of_its_own_code_and_not_those_of_the_servers_imports(tmp_path):
+    """``weakref.finalize`` callbacks registered by the server's imports (torch's 174 operator
+    libraries, each taken out of the dispatcher at exit) do not run at a child's exit; one that
+    the child's own code registers does (a ``TemporaryDirectory`` removes its folder so). Planted:
+    the server's callbacks left as they were, the child runs them too."""
+    out = _server_state(tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["the child's callback in the child"], out.stdout
+    planted = _server_state(tmp_path, "finalizers")
+    assert "the server's callback in the child" in planted.stdout.splitlines(), planted.stdout
+
+
+@pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
+def test_a_forked_child_starts_with_none_of_the_servers_exit_callbacks_and_runs_its_own(tmp_path):
+    """A real forked ``python -c``: none of the ``weakref.finalize`` callbacks it holds at its start
+    (the server's imports registered them: torch's) is one for its exit, and the folder its own
+    ``TemporaryDirectory`` made is gone when it exits, as after a fresh interpreter."""
+    code = ("import tempfile, weakref\n"
+            "at_exit = sum(info.atexit for info in weakref.finalize._registry.values())\n"
+            "d = tempfile.TemporaryDirectory(dir='.')\n"
+            "print(at_exit, len(weakref.finalize._registry), d.name)")
+    before = dict(warm.stats)
+    for cold in (True, False):
+        out = warm.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), cold=cold, capture_output=True,
+                       timeout=120)
+        assert out.returncode == 0 and len(out.stdout.split()) == 3, out.stderr
+        at_exit, held, name = out.stdout.split()
+        assert not (tmp_path / name).exists(), ("cold" if cold else "forked", out.stdout)
+        assert at_exit == "0"
+        if not cold:
+            assert int(held) > 1, out.stdout  # the server's (torch's operator libraries) and the child's own
+    assert warm.stats["warm"] == before["warm"] + 1
+
+
 # -- the other flavours: python -m detconf.reports, python -I SCRIPT ---------------------------------
 
 SEEN = '''
