@@ -61,3 +61,37 @@ def test_without_root_it_says_so_in_one_line(monkeypatch, capsys):
     monkeypatch.setattr(bench.os, "geteuid", lambda: 1000)
     assert bench.main([]) == 2
     assert capsys.readouterr().err == "bench_processes: error: process accounting (accton) needs root\n"
+
+
+# ``benchmarks/bench_warm.py``: the cost of a forked inner run. Its forked figures need a warm
+# server of its own (a torch import); here it runs cold (DETCONF_TESTS_COLD=1: fresh interpreters,
+# no server), which prints the same lines.
+
+def _bench_warm(*args: str, cold: bool = True):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    if cold:
+        env["DETCONF_TESTS_COLD"] = "1"
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_warm.py"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_fork_benchmark_prints_a_line_per_command_and_how_its_runs_went():
+    import re
+
+    out = _bench_warm("--runs", "2", "--only", "c", "--only", "version")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert re.match(r"\d+ CPUs, load .*; 2 runs each$", lines[0]), lines
+    assert [line.split()[:4] for line in lines[1:]] == [["c", "cold", "exit", "0"], ["version", "cold", "exit", "0"]]
+    assert all(re.search(r"wall +\d+\.\d ms  busy +\d+\.\d ms a run$", line) for line in lines[1:]), lines
+
+
+@pytest.mark.parametrize("args", [["--runs", "0"], ["--runs", "abc"], ["--only", "nope"], ["--bogus"]])
+def test_the_fork_benchmark_refuses_bad_input_in_one_line(args):
+    out = _bench_warm(*args)
+    assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("bench_warm: error: ")
