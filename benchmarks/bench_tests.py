@@ -5,7 +5,8 @@ tests and the time per test file.
 
 Runs ``python -m pytest tests -n N -p no:cacheprovider -q --durations=0`` in a child process and
 prints the wall time, the CPU time of the child tree, the load average before and after, the
-tests that failed or errored (pytest's short summary lines), the
+tests that failed or errored (pytest's short summary lines, and where pytest's whole output is kept
+then), the
 ``--slowest`` slowest test phases (setup, call, teardown: pytest's own ``--durations`` lines), the
 summed durations per test file, largest first, and the inner runs the tests made (``python -m
 pytest``, ``python -m detconf.reports``, ``python -I`` scripts): how many were forked from a warm
@@ -62,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall {wall:.1f} s, CPU {cpu:.1f} s, load after {load()}: {summary}")
     failing = [line for line in out.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
     if failing:
-        print("\nnot passed (pytest's short summary):", *(f"  {line[:300]}" for line in failing), sep="\n")
+        kept = Path(tempfile.mkdtemp(prefix="bench-tests-output-")) / "pytest.txt"
+        kept.write_text(out.stdout + ("\n--- standard error\n" + out.stderr if out.stderr else ""), encoding="utf-8")
+        print("\nnot passed (pytest's short summary):", *(f"  {line[:300]}" for line in failing),
+              f"pytest's whole output, tracebacks included: {kept}", sep="\n")
     warned = warnings_summary(out.stdout)
     if warned:
         print("\npytest's warnings summary:", *(f"  {line[:300]}" for line in warned), sep="\n")
