@@ -40,6 +40,18 @@ class UsageError(Exception):
     pass
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, ``NAME: error: MESSAGE``, and exit status 2."""
+
+    def __init__(self, *args, name: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.name = name
+
+    def error(self, message: str):
+        print(f"{self.name}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def find_test_file(path: str) -> Path:
     """``test_torch.py`` from a checkout, its ``test/`` folder or the file itself."""
     p = Path(path).expanduser()

@@ -12,7 +12,6 @@ printed: the file's size and the median and smallest CPU time of one read (this 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -22,19 +21,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_reports, beside this file
 
+from bench_alert_tests import OneLineParser  # noqa: E402  (this folder is the script's sys.path[0])
 from bench_reports import ROOT, write_diff_pair  # noqa: E402  (which puts the checkout on sys.path)
 
 from detconf.reports.load import load  # noqa: E402
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit status 2
-        print(f"bench_small_loads: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python benchmarks/bench_small_loads.py", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python benchmarks/bench_small_loads.py", description=__doc__.splitlines()[0],
+                      name="bench_small_loads")
     p.add_argument("--rows", type=int, nargs="+", default=[10, 100, 1000])
     p.add_argument("--repeat", type=int, default=50)
     args = p.parse_args(argv)

@@ -20,11 +20,12 @@ quote the figures with the machine. Asserts nothing.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from pathlib import Path
+
+from bench_alert_tests import OneLineParser, load  # this folder is the script's sys.path[0]
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -43,14 +44,8 @@ def busy_seconds() -> float:
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit status 2
-        print(f"bench_warm: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="bench_warm", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python benchmarks/bench_warm.py", description=__doc__.splitlines()[0], name="bench_warm")
     p.add_argument("--runs", type=int, default=20, help="runs of each command (default 20)")
     p.add_argument("--only", action="append", choices=sorted(COMMANDS), help="just this command (repeatable)")
     args = p.parse_args(argv)
@@ -62,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env = warm.base_env()
     warm.run([sys.executable, "-c", "pass"], cwd=ROOT, env=env, timeout=300)  # the server starts here
-    print(f"{os.cpu_count()} CPUs, load {', '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.runs} runs each")
+    print(f"{os.cpu_count()} CPUs, load {load()}; {args.runs} runs each")
     for name in args.only or list(COMMANDS):
         before = dict(warm.stats)
         busy, start = busy_seconds(), time.perf_counter()

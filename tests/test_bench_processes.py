@@ -67,14 +67,13 @@ def test_without_root_it_says_so_in_one_line(monkeypatch, capsys):
 # server of its own (a torch import); here it runs cold (DETCONF_TESTS_COLD=1: fresh interpreters,
 # no server), which prints the same lines.
 
-def _bench_warm(*args: str, cold: bool = True):
-    import os
+def _bench_warm(*args: str):
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    if cold:
-        env["DETCONF_TESTS_COLD"] = "1"
+    from tests import warm
+
+    env = {**warm.base_env(), "DETCONF_TESTS_COLD": "1"}
     return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_warm.py"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
