@@ -178,6 +178,31 @@ def check_every_sort(page: Page) -> None:
     assert {state, page.page.get_attribute(heading, "aria-sort")} == {"ascending", "descending"}
 
 
+#: Resolves once the page has drawn ``SETTLED_FRAMES`` frames in a row with the same number of
+#: table rows and the same place for the element named: what the page lists as rows scroll into
+#: view (an ``IntersectionObserver``'s callback runs after the frame that showed them) has been
+#: listed by then. At most ``MAX_FRAMES`` frames (2 s at 60 frames a second).
+SETTLED_FRAMES, MAX_FRAMES = 5, 120
+_SETTLE = """([selector, settled, most]) => new Promise((resolve) => {
+  let last = null, same = 0, frames = 0;
+  function frame() {
+    const e = document.querySelector(selector);
+    const now = document.querySelectorAll("tbody tr").length + " " + (e ? e.getBoundingClientRect().top : "none");
+    same = now === last ? same + 1 : 0;
+    last = now;
+    frames += 1;
+    if (same >= settled || frames >= most) { resolve(frames); } else { requestAnimationFrame(frame); }
+  }
+  requestAnimationFrame(frame);
+})"""
+
+
+def settle(page: Page, selector: str) -> int:
+    """Wait until the page stops listing rows and ``selector`` stops moving (see :data:`_SETTLE`);
+    the frames it took. (A fixed wait of 300 ms did this before, whatever the page did.)"""
+    return page.page.evaluate(_SETTLE, [selector, SETTLED_FRAMES, MAX_FRAMES])
+
+
 def check_link_to_a_hidden_cell(page: Page) -> None:
     links = page.page.query_selector_all("table.matrix a[href^='#c'], table.failing a[href^='#c']")
     assert links
@@ -195,7 +220,7 @@ def check_link_to_a_hidden_cell(page: Page) -> None:
         assert "cleared" in page.page.inner_text("#status")
     details = f"#c{target} details"
     assert page.page.eval_on_selector(details, "d => d.open")
-    page.page.wait_for_timeout(300)  # rows listed as they scroll into view must not push it away
+    settle(page, f"#c{target}")  # rows listed as they scroll into view must not push it away
     top = page.page.eval_on_selector(f"#c{target}", "r => r.getBoundingClientRect().top")
     assert 0 <= top < VIEWPORT["height"]
     assert "rerun: " in page.page.inner_text(details)
@@ -299,6 +324,29 @@ def headings_top_after_scrolling(browser, path: Path) -> float:
         row = page.data["ids"][50]
         page.page.evaluate(f"document.getElementById('c{row}').scrollIntoView({{block: 'center'}})")
         return page.page.evaluate("document.querySelector('#cells thead').getBoundingClientRect().top")
+    finally:
+        page.close()
+
+
+def test_rows_listed_above_a_followed_cell_are_caught(browser, large_page, tmp_path):
+    """Planted fault: the page lists the earlier rows as soon as their button is seen, wherever it
+    is on the screen, so rows come in above the cell a link opened, in the frames after the link,
+    and push it off the screen: the link check sees it."""
+    html = large_page.read_text(encoding="utf-8")
+    plants = [(" || s.boundingClientRect.top < 0.6 * window.innerHeight", ""),
+              ("if (s.target === more && rendered < order.length)",
+               "if (s.target === earlier && first > 0) { renderEarlier(); }\n        "
+               "if (s.target === more && rendered < order.length)"),
+              ("observer.observe(more);", "observer.observe(more); observer.observe(earlier);")]
+    for old, new in plants:
+        assert html.count(old) == 1, old
+        html = html.replace(old, new)
+    planted = tmp_path / "rows-above.html"
+    planted.write_text(html, encoding="utf-8")
+    page = open_page(browser, planted)
+    try:
+        with pytest.raises(AssertionError):
+            check_link_to_a_hidden_cell(page)
     finally:
         page.close()
 

@@ -154,13 +154,41 @@ def test_a_timeout_kills_the_child_and_raises_as_subprocess_run_does(tmp_path):
     assert warm.stats["warm"] == before["warm"] + 1
 
 
+def _distribution(folder: Path, name: str, groups: tuple[str, ...] = ("detconf.backends",),
+                  module: str = "plain_backend") -> None:
+    """An installed distribution ``name`` in ``folder`` as pip writes one: ``module``, and its
+    ``*.dist-info`` with METADATA, RECORD and entry points of ``groups``."""
+    (folder / f"{module}.py").write_text("backend = None\n")
+    info = folder / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("".join(f"[{g}]\nprobe = {module}:backend\n\n" for g in groups))
+    (info / "RECORD").write_text(f"{module}.py,,\n{info.name}/METADATA,,\n{info.name}/entry_points.txt,,\n"
+                                 f"{info.name}/RECORD,,\n")
+
+
+def _missing_sought() -> str:
+    """A name the server's imports looked for and did not find (which names depends on the torch)."""
+    import importlib.util
+
+    sought = warm._server_for(warm.base_env()).sought()
+    missing = sorted(n for n in sought if n.isidentifier() and not n.startswith("_") and n not in sys.modules
+                     and importlib.util.find_spec(n) is None)
+    assert missing, "the server's imports looked for no module they did not find"
+    return missing[0]
+
+
 @pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
-@pytest.mark.parametrize("plant", ["OMP_NUM_THREADS", "PYTHONHASHSEED", "dist-info", "pth", "sought-module"])
+@pytest.mark.parametrize("plant", ["OMP_NUM_THREADS", "PYTHONHASHSEED", "dist-info", "dist-info-torch-backends",
+                                   "dist-info-sought-name", "dist-info-installed-name", "pth", "sought-module"])
 def test_a_command_whose_imports_could_differ_runs_cold(tmp_path, plant):
     """An environment variable read while torch imports, or a PYTHONPATH folder that could have
     changed those imports (torch loads its backends' entry points, and looks for optional
-    modules such as pandas): the fork could answer otherwise, so the command runs cold. A folder
-    of plain probe modules stays warm (the control)."""
+    modules such as pandas): the fork could answer otherwise, so the command runs cold. So does a
+    folder with an installed distribution that declares entry points of a group an import reads
+    (``torch.backends``), or bears a name the imports looked for or the name of a distribution
+    the interpreter has (an import may read its version), or one without METADATA. A folder of
+    plain probe modules stays warm (the control)."""
     folder = tmp_path / "path"
     folder.mkdir()
     (folder / "plain_probe.py").write_text("")
@@ -169,16 +197,23 @@ def test_a_command_whose_imports_could_differ_runs_cold(tmp_path, plant):
         extra[plant] = "1"
     elif plant == "dist-info":
         (folder / "vendor_backend-1.0.dist-info").mkdir()
+    elif plant == "dist-info-torch-backends":
+        _distribution(folder, "vendor-backend", groups=("detconf.backends", "torch.backends"))
+    elif plant == "dist-info-sought-name":
+        _distribution(folder, _missing_sought().replace("_", "-"))
+    elif plant == "dist-info-installed-name":
+        from importlib import metadata
+
+        sought = {n.replace("-", "_").lower() for n in warm._server_for(warm.base_env()).sought()}
+        installed = sorted(d.metadata["Name"] for d in metadata.distributions()
+                           if d.metadata["Name"] and d.metadata["Name"].replace("-", "_").replace(".", "_").lower()
+                           not in sought)
+        assert installed, "every installed distribution bears a name the server's imports looked for"
+        _distribution(folder, installed[0])
     elif plant == "pth":
         (folder / "extra.pth").write_text(str(tmp_path))
-    else:  # a name the server's imports looked for and did not find (which names depends on the torch)
-        import importlib.util
-
-        sought = warm._server_for(warm.base_env()).sought()
-        missing = sorted(n for n in sought if n.isidentifier() and not n.startswith("_") and n not in sys.modules
-                         and importlib.util.find_spec(n) is None)
-        assert missing, "the server's imports looked for no module they did not find"
-        (folder / f"{missing[0]}.py").write_text("")
+    else:
+        (folder / f"{_missing_sought()}.py").write_text("")
     # Whether a command forks depends on its form, environment and path, not on what it asks
     # pytest: the shortest run (no torch imported) stands for any.
     cmd = [sys.executable, "-m", "pytest", "--version"]
@@ -189,6 +224,26 @@ def test_a_command_whose_imports_could_differ_runs_cold(tmp_path, plant):
     assert warm.stats["cold"] == before["cold"] + 1, f"{plant}: ran warm"
     assert control.returncode == 0, control.stdout[-2000:] + control.stderr[-2000:]
     assert planted.returncode == 0, planted.stdout[-2000:] + planted.stderr[-2000:]
+
+
+@pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
+def test_a_folder_with_a_distribution_of_detconf_backends_only_is_forked(tmp_path):
+    """A vendor's backend installed into a PYTHONPATH folder (``pip install --target``): entry
+    points read only when the suite runs, a module no import looked for, a name the interpreter
+    has no distribution of. Forked, and its child finds the backend's entry point as a fresh
+    interpreter does."""
+    folder = tmp_path / "path"
+    folder.mkdir()
+    _distribution(folder, "vendor-backend")
+    code = ("from importlib.metadata import entry_points; "
+            "print(sorted(e.value for e in entry_points(group='detconf.backends') if e.name == 'probe'))")
+    env = _env({"PYTHONPATH": str(folder)})
+    before = dict(warm.stats)
+    forked = warm.run([sys.executable, "-c", code], env=env, timeout=240, capture_output=True)
+    assert warm.stats["warm"] == before["warm"] + 1, "ran cold"
+    fresh = warm.run([sys.executable, "-c", code], env=env, timeout=240, capture_output=True, cold=True)
+    assert forked.returncode == fresh.returncode == 0, forked.stderr + fresh.stderr
+    assert forked.stdout == fresh.stdout == "['plain_backend:backend']\n"
 
 
 PYTHON_C = """

@@ -769,15 +769,58 @@ def _workers_from(zygote: tuple[socket.socket, dict, str], request: dict) -> Non
 FRESH_ONLY = ("detconf.conformance.children:seeded_ops", "detconf.conformance.perturbed:serve", "detconf.reports.")
 
 
+#: Entry-point groups that only the repository's own code reads, when a command runs
+#: (``engine/backends.py``), never an import the server made: torch reads ``torch.backends`` as it
+#: imports, Hypothesis ``hypothesis``, pytest ``pytest11`` as it starts.
+READ_WHEN_RUN = ("detconf.backends",)
+
+
+def _normal(name: str) -> str:
+    return "".join("_" if c in "-." else c for c in name).lower()
+
+
+def _neutral_distribution(info: str, sought: set[str]) -> bool:
+    """Whether the installed distribution whose ``*.dist-info`` folder is ``info`` changes nothing
+    the server's imports did (looked for the top-level names ``sought``): its entry points are
+    all of groups in :data:`READ_WHEN_RUN`, and its name is neither sought nor that of a
+    distribution this interpreter has (whose version or metadata an import may have read). Its
+    modules are the folder's, which :func:`neutral` looks at. Unreadable, or nameless: not
+    neutral."""
+    from importlib import metadata
+
+    try:
+        with open(os.path.join(info, "METADATA"), encoding="utf-8") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("Name:")), "")
+        try:
+            with open(os.path.join(info, "entry_points.txt"), encoding="utf-8") as f:
+                groups = {line.strip()[1:-1] for line in f if line.strip().startswith("[")}
+        except FileNotFoundError:
+            groups = set()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if not name or not groups <= set(READ_WHEN_RUN) or _normal(name) in {_normal(n) for n in sought}:
+        return False
+    try:
+        metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return True
+    return False
+
+
 def neutral(folder: str, sought: set[str]) -> bool:
     """Whether nothing in ``folder`` could have changed imports that looked for the top-level names
-    ``sought``: no installed distribution (``*.dist-info``, ``*.egg-info``), no ``.pth`` file, no
-    module or package of a sought name. A folder that cannot be read holds nothing to import."""
+    ``sought``: no ``.pth`` file, no distribution but neutral ones (:func:`_neutral_distribution`;
+    any ``*.egg-info`` or egg is not), no module or package of a sought name. A folder that cannot
+    be read holds nothing to import."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
         return True
     for entry in entries:
+        if entry.name.endswith(".dist-info") and entry.is_dir():
+            if not _neutral_distribution(entry.path, sought):
+                return False
+            continue
         if entry.name.endswith((".dist-info", ".egg-info", ".egg-link", ".pth", ".egg")):
             return False
         # a package or namespace folder, or a module file (``pytest.ini`` is neither)
