@@ -77,14 +77,47 @@ def load() -> str:
         return "unknown"
 
 
-def timed(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float, subprocess.CompletedProcess]:
-    """Wall and CPU (user + sys of the child and its children) seconds of one command."""
+def _subreaper() -> bool:
+    """Make this process the one that a descendant left running by its parent is handed to (Linux
+    ``PR_SET_CHILD_SUBREAPER``), so that its CPU time is counted when it is reaped; False where
+    that cannot be done."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def timed_tree(cmd: list[str], cwd: Path, env: dict[str, str] | None = None,
+               outlive_s: float = 60.0) -> tuple[float, float, subprocess.CompletedProcess, int]:
+    """Wall seconds of one command, and the CPU seconds (user + sys) of it and of every process it
+    started, those it left running at its end too (a server that leaves once the run is over):
+    they are waited for, up to ``outlive_s`` seconds after the command's end (not in the wall
+    time), and how many there were is returned with the rest."""
+    reaping = _subreaper()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    outlived, deadline = 0, time.monotonic() + outlive_s
+    while reaping and time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid:
+            outlived += 1
+        else:
+            time.sleep(0.1)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, out, outlived
+
+
+def timed(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float, subprocess.CompletedProcess]:
+    """Wall and CPU seconds of one command, as :func:`timed_tree` counts them."""
+    wall, cpu, out, _ = timed_tree(cmd, cwd, env)
     return wall, cpu, out
 
 

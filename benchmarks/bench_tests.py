@@ -4,7 +4,7 @@ tests and the time per test file.
     python benchmarks/bench_tests.py [-n auto] [--slowest 20] [--cold] [-- extra pytest args]
 
 Runs ``python -m pytest tests -n N -p no:cacheprovider -q --durations=0`` in a child process and
-prints the wall time, the CPU time of the child tree, the load average before and after, the
+prints the wall time, the CPU time of the child tree (processes left running at its end too), the load average before and after, the
 tests that failed or errored (pytest's short summary lines, and where pytest's whole output is kept
 then), the
 ``--slowest`` slowest test phases (setup, call, teardown: pytest's own ``--durations`` lines), the
@@ -31,7 +31,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from bench_alert_tests import load, timed  # this folder is the script's sys.path[0]
+from bench_alert_tests import load, timed_tree  # this folder is the script's sys.path[0]
 
 ROOT = Path(__file__).resolve().parent.parent
 DURATION = re.compile(r"^(\d+\.\d+)s (setup|call|teardown)\s+(\S+)")
@@ -56,11 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     command = [sys.executable, "-m", "pytest", "tests", "-n", args.workers, "-p", "no:cacheprovider", "-q",
                "--durations=0", "--durations-min=0", "-rfE", *extra]
     print(f"{os.cpu_count()} CPUs, load {load()}: {' '.join(command[1:])}", flush=True)
-    wall, cpu, out = timed(command, ROOT, env)
+    wall, cpu, out, outlived = timed_tree(command, ROOT, env)
     rows = [(float(m.group(1)), m.group(2), m.group(3)) for m in map(DURATION.match, out.stdout.splitlines()) if m]
     summary = next((line.strip("= ") for line in reversed(out.stdout.splitlines()) if " in " in line and "passed" in line),
                    out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr.strip()[-200:])
     print(f"wall {wall:.1f} s, CPU {cpu:.1f} s, load after {load()}: {summary}")
+    if outlived:
+        print(f"({outlived} processes outlived the run and were waited for, their CPU counted: the warm servers "
+              "its workers shared leave once it is over)")
     failing = [line for line in out.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
     if failing:
         kept = Path(tempfile.mkdtemp(prefix="bench-tests-output-")) / "pytest.txt"

@@ -94,3 +94,37 @@ def test_the_fork_benchmark_refuses_bad_input_in_one_line(args):
     out = _bench_warm(*args)
     assert out.returncode == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
     assert out.stderr.startswith("bench_warm: error: ")
+
+
+TREE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import bench_alert_tests as bench
+if sys.argv[2] == "no-subreaper":  # planted: the orphan goes to init, its CPU uncounted
+    bench._subreaper = lambda: False
+spin = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.6: pass"
+left = (f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {spin!r}], stdout=subprocess.DEVNULL, "
+        "stderr=subprocess.DEVNULL)")
+wall, cpu, out, outlived = bench.timed_tree([sys.executable, "-c", left], ".")
+print(json.dumps({"wall": wall, "cpu": cpu, "outlived": outlived, "code": out.returncode}))
+"""
+
+
+@pytest.mark.parametrize("plant", ["", "no-subreaper"])
+def test_the_cpu_of_a_process_the_command_left_running_is_counted(plant):
+    """``timed_tree`` (bench_tests' figures): a command that exits leaving a process of its own
+    running (its output elsewhere, as a warm server's), which spins 0.6 s of CPU; it is waited for
+    and its CPU counted, not in the wall time."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", TREE, str(ROOT / "benchmarks"), plant or "-"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["code"] == 0 and got["wall"] < 0.6
+    if plant:
+        assert got["outlived"] == 0 and got["cpu"] < 0.6
+    else:
+        assert got["outlived"] == 1 and got["cpu"] >= 0.6, got

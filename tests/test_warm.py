@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -915,3 +916,80 @@ def test_a_forked_gpu_run_forks_its_steps_each_in_a_process_group_of_its_own(tmp
     assert seen["forked"] == seen["fresh"] == ({"own_group": True, "session_leader": False}, "passed", 0, "complete")
     steps = [r for r in (json.loads(line) for line in log.read_text().splitlines()) if r["flavour"] == "python-m-pytest"]
     assert [r["warm"] for r in steps] == [True]
+
+
+# --------------------------------------------------------------------------------- shared servers
+
+def test_the_workers_of_one_run_share_a_servers_folder_and_no_one_else_does(monkeypatch):
+    """The folder of a shared server is the same for every xdist worker of one run and one key,
+    another for another run or key, and none outside xdist or with ``DETCONF_TESTS_SHARED=0``."""
+    key = ("pytest", (), (("HOME", "/root"),))
+    monkeypatch.delenv("DETCONF_TESTS_SHARED", raising=False)
+    for name in ("PYTEST_XDIST_TESTRUNUID", "PYTEST_XDIST_WORKER"):
+        monkeypatch.delenv(name, raising=False)
+    assert warm._shared_folder(key) is None
+    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", "a" * 32)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    first = warm._shared_folder(key)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    assert warm._shared_folder(key) == first and first.name.startswith("detconf-warm-aaaaaaaaaaaa-")
+    assert warm._shared_folder(("reports", (), key[2])) != first
+    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", "b" * 32)
+    assert warm._shared_folder(key) != first
+    monkeypatch.setenv("DETCONF_TESTS_SHARED", "0")
+    assert warm._shared_folder(key) is None
+
+
+PARENT = "import os, sys; print(os.getppid()); sys.exit(int(sys.argv[1]))\n"
+
+
+def _forked_script(server, script, code: int) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-I", str(script), str(code)]
+    return warm._forked(server, cmd, warm._form(cmd)[1], script.parent, warm.base_env(), 60,
+                        subprocess.PIPE, subprocess.PIPE, True, None)
+
+
+def test_a_shared_server_is_started_once_serves_every_worker_and_leaves_with_the_run(tmp_path):
+    """Two workers ask for the same server: the first starts it, the second starts none and forks
+    from it; neither's end stops it (the other may still run tests); once the process it watches
+    (the run's controller; here a stand-in) is gone it leaves and removes its folder."""
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    run = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    folder = tmp_path / "shared"
+    env = warm.base_env()
+    owner = warm._Server(env, "isolated", ("json",), shared=folder, watch=run.pid)
+    guest = warm._Server(env, "isolated", ("json",), shared=folder, watch=run.pid)
+    try:
+        assert owner.owner and owner.proc is not None and not guest.owner and guest.proc is None
+        assert guest.ready() is None and owner.ready() is None
+        first, second = _forked_script(owner, script, 0), _forked_script(guest, script, 3)
+        assert (first.returncode, second.returncode) == (0, 3), first.stderr + second.stderr
+        assert first.stdout == second.stdout == f"{owner.proc.pid}\n"  # both forked by the one server
+        owner.stop(ending=True)
+        guest.stop(ending=True)
+        assert owner.proc.poll() is None and _forked_script(guest, script, 0).stdout == f"{owner.proc.pid}\n"
+        run.stdin.close()
+        run.wait()
+        assert owner.proc.wait(timeout=30) == 0  # it looks every second
+        assert not folder.exists()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        owner.stop()
+
+
+def test_a_worker_waiting_for_a_shared_server_that_died_goes_cold_at_once(tmp_path):
+    """The worker that would start the shared server died before it listened (its pid is gone):
+    another worker waiting for it says so at once, not after the wait's three minutes."""
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (folder / "pid").write_text(str(dead.pid))
+    guest = warm._Server(warm.base_env(), "isolated", ("json",), shared=folder)
+    assert not guest.owner and guest.proc is None
+    start = time.monotonic()
+    why = guest.ready(wait=60)
+    assert why is not None and why.startswith("the warm server exited") and time.monotonic() - start < 10

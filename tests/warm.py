@@ -4,8 +4,9 @@ About 200 of the harness's tests run the suite in a new process (``python -m pyt
 ...``) and judge what that process did: its exit status, its output, its results file, what it left
 behind when killed. A fresh interpreter spends about 3.3 s of a two-case run's 3.6 s (2-core
 machine) importing torch, Inductor's configuration, Hypothesis and NumPy before the suite's own
-code runs. :func:`run` gives such a command the same process, minus that wait: a server started
-once per test process (``tests/warm_server.py``) has imported them (and the report's libraries,
+code runs. :func:`run` gives such a command the same process, minus that wait: a server
+(``tests/warm_server.py``) started once per test process, or once per run for all its xdist
+workers (:func:`_shared_folder`; ``DETCONF_TESTS_SHARED=0``: one per worker), has imported them (and the report's libraries,
 the installed pytest plugins but xdist, and Inductor's answer about the CPU's vector instruction
 sets, which a first C++ compile works out), and forks a child that takes
 the command's folder, environment, standard streams and file-size limit and runs ``python -m
@@ -54,15 +55,18 @@ A command runs cold (``subprocess.run``, exactly as given) when:
 - a folder that comes first on its ``sys.path`` (the command's folder for ``-m``; for ``-I`` the
   script's, which Python puts first before 3.11 and is checked on every version) or on its
   ``PYTHONPATH`` could have changed those imports: one holding installed
-  distributions (``*.dist-info``, ``*.egg-info``: torch loads its backends' entry points on
-  import), ``.pth`` files, or a module or package of a name those imports looked for (found or
-  not), as the server recorded them;
+  distributions (``*.egg-info``, or a ``*.dist-info`` but one that declares only entry points the
+  suite reads when it runs, under a name no import looked for and no installed distribution
+  bears: torch loads its backends' entry points on import; ``warm_server.neutral``), ``.pth``
+  files, or a module or package of a name those imports looked for (found or not), as the
+  server recorded them;
 - the server could not start (said once on standard error).
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import importlib.machinery
 import json
 import locale
@@ -132,26 +136,77 @@ def _form(cmd: list) -> tuple[str, dict] | None:
     return None
 
 
+def _shared_folder(key: tuple) -> Path | None:
+    """Where the xdist workers of one run keep the server of ``key`` they share (None: not a worker,
+    or ``DETCONF_TESTS_SHARED=0``). The first worker to ask makes the folder and starts the server;
+    the others use it."""
+    uid, worker = os.environ.get("PYTEST_XDIST_TESTRUNUID"), os.environ.get("PYTEST_XDIST_WORKER")
+    if not uid or not worker or os.environ.get("DETCONF_TESTS_SHARED") == "0":
+        return None
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"detconf-warm-{uid[:12]}-{digest}"
+
+
 class _Server:
-    def __init__(self, env: dict, flavour: str = "pytest", imports: tuple[str, ...] = ()):
+    """A warm server: started by this process, or (``shared``) by whichever xdist worker of the run
+    asked first (``owner``), which hands it the run's controller to watch: a worker that finishes
+    its tests first leaves it to the others, and it leaves (removing its folder) once the run is
+    over."""
+
+    def __init__(self, env: dict, flavour: str = "pytest", imports: tuple[str, ...] = (),
+                 shared: Path | None = None, watch: int | None = None):
         self.flavour = flavour
         self.env = dict(env)
-        self.folder = Path(tempfile.mkdtemp(prefix="detconf-warm-"))
+        self.shared = shared is not None
+        self.owner = True
+        if shared is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="detconf-warm-"))
+        else:
+            self.folder = shared
+            try:
+                self.folder.mkdir(mode=0o700)
+            except FileExistsError:
+                self.owner = False
         self.socket = self.folder / "s"
         self.log = self.folder / "log"
         self._sought: set[str] | None = None
+        self.proc = None
+        if not self.owner:
+            return
+        extra = {warm_server.WATCH: str(watch or os.getppid())} if self.shared else {}
         with open(self.log, "wb") as log:
             flags = ["-I"] if flavour == "isolated" else []
             self.proc = subprocess.Popen([sys.executable, *flags, str(SERVER), str(self.socket), flavour, *imports],
-                                         cwd=ROOT, env=env,
+                                         cwd=ROOT, env={**env, **extra},
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        if self.shared:
+            (self.folder / "pid.tmp").write_text(str(self.proc.pid))
+            os.rename(self.folder / "pid.tmp", self.folder / "pid")
+
+    def _exited(self) -> str | None:
+        """Why the server is gone before it listened (None: it is not)."""
+        if self.proc is not None:
+            code = self.proc.poll()
+            return None if code is None else f"exited {code}"
+        try:
+            pid = int((self.folder / "pid").read_text())
+        except (OSError, ValueError):
+            return None if self.folder.is_dir() else "its folder is gone"
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return None if warm_server._alive(pid) else "exited"
+        return "exited" if state in ("Z", "X") else None
 
     def ready(self, wait: float = 180.0) -> str | None:
         """None once the server listens, else why it will not."""
         deadline = time.monotonic() + wait
         while not self.socket.exists():
-            if self.proc.poll() is not None:
-                return f"the warm server exited {self.proc.returncode}: {self.log.read_text(errors='replace')[-500:]}"
+            gone = self._exited()
+            if gone is not None:
+                log = self.log.read_text(errors="replace")[-500:] if self.log.exists() else ""
+                return f"the warm server {gone}: {log}"
             if time.monotonic() > deadline:
                 return f"the warm server did not listen within {wait:.0f} s"
             time.sleep(0.02)
@@ -163,7 +218,12 @@ class _Server:
             self._sought = set(json.loads(Path(str(self.socket) + ".names").read_text(encoding="utf-8")))
         return self._sought
 
-    def stop(self) -> None:
+    def stop(self, ending: bool = False) -> None:
+        """Stop the server this process started; at this process's end (``ending``) a shared one
+        is left to the other workers (it leaves with the run), and one started elsewhere is never
+        this process's to stop."""
+        if self.proc is None or (ending and self.shared):
+            return
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -173,7 +233,7 @@ class _Server:
 @atexit.register
 def stop_all() -> None:
     for server in list(_servers.values()):
-        server.stop()
+        server.stop(ending=True)
     _servers.clear()
 
 
@@ -186,7 +246,7 @@ def _server_for(env: dict, flavour: str = "pytest", imports: tuple[str, ...] = (
         else:
             allowed = key[2] == _fingerprint(base_env())
         if server is None and allowed and key not in _refused:
-            server = _servers[key] = _Server(env, flavour, imports)
+            server = _servers[key] = _Server(env, flavour, imports, _shared_folder(key))
     if server is None:
         return None
     why = server.ready()

@@ -1083,7 +1083,25 @@ def _exit(code) -> None:
     os._exit(status & 0xFF)
 
 
+#: Set where the server is shared by the xdist workers of one run (``tests/warm.py``): the pid of
+#: the process whose end ends the server (the run's controller), in place of the test process
+#: that started it, which may finish its tests before another worker does. Read and removed from
+#: the environment before anything is imported.
+WATCH = "DETCONF_WARM_WATCH"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def main(path: str, flavour: str, names: tuple[str, ...] = ()) -> None:
+    watch = os.environ.pop(WATCH, None)
     filters, base = _preload(flavour, names)
     # The suite's runs and the reports commands import the repository's modules in the child: from
     # code compiled here once (the plugin's 61 modules took 0.40-0.65 s to import from source,
@@ -1097,7 +1115,11 @@ def main(path: str, flavour: str, names: tuple[str, ...] = ()) -> None:
     SERVED.update(socket=path, env=dict(os.environ), flavour=flavour)
     os.rename(path + ".tmp", path)  # the caller connects only once everything is imported
     listener.listen(16)
-    _serve(listener, filters, base, finder)
+    _serve(listener, filters, base, finder, int(watch) if watch else None)
+    if watch:  # a shared server's folder is nobody else's to remove
+        import shutil
+
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
 #: What a forked child knows of the server it came from: its socket, the environment it started
@@ -1105,11 +1127,13 @@ def main(path: str, flavour: str, names: tuple[str, ...] = ()) -> None:
 SERVED: dict = {}
 
 
-def _serve(listener: socket.socket, filters: list, base: list[str], finder: PrecompiledFinder | None) -> None:
+def _serve(listener: socket.socket, filters: list, base: list[str], finder: PrecompiledFinder | None,
+           watch: int | None = None) -> None:
     """Fork a child per request, report its pid and then its exit status on the request's
     connection; several at once (a forked child may ask for children of its own: the fresh
-    processes ``detconf.child`` starts, ``_fork_children``). Leave on a ``stop`` request, or once
-    the test process that started the server is gone and no child is running."""
+    processes ``detconf.child`` starts, ``_fork_children``; the xdist workers of one run share a
+    server). Leave on a ``stop`` request, or once the test process that started the server (the
+    process ``watch`` where given) is gone and no child is running."""
     import selectors
 
     wake_r, wake_w = _child_signals()
@@ -1119,8 +1143,9 @@ def _serve(listener: socket.socket, filters: list, base: list[str], finder: Prec
     sel.register(wake_r, selectors.EVENT_READ)
     parent = os.getppid()
     while True:
-        events = sel.select(5.0)
-        if os.getppid() != parent and not waiting:  # the test process is gone (killed): so is its server
+        events = sel.select(5.0 if watch is None else 1.0)
+        gone = os.getppid() != parent if watch is None else not _alive(watch)
+        if gone and not waiting:  # the test process (the run) is gone: so is its server
             return
         for key, _ in events:
             if key.fileobj is not listener:
