@@ -100,7 +100,8 @@ TABLES: dict[str, list[tuple[str, list[str], str | None]]] = {
 #: streams flushed; not the teardown of pandas, pyarrow and matplotlib that follows, about 0.25 s
 #: a command), and answers ``{"code": N}`` (N < 0: killed by signal -N). Each command still runs in a process of its own; only the imports (pandas, pyarrow,
 #: and the matplotlib modules ``reports.picture`` imports when it draws: most of a small table's
-#: time) are made once. Standard input closed: it exits.
+#: time; tabulate, wcwidth, jinja2 and markupsafe) and the compiling of the page's template are
+#: made once. Standard input closed: it exits.
 _SERVE = ("import sys, os, json, importlib; sys.path[0] = sys.argv.pop(1); package = sys.argv.pop(1)\n"
           "main = importlib.import_module(package + '.__main__').main\n"
           "for kind in sys.argv[1:]:\n"
@@ -111,6 +112,15 @@ _SERVE = ("import sys, os, json, importlib; sys.path[0] = sys.argv.pop(1); packa
           "        importlib.import_module(name)  # what reports.picture imports when it draws\n"
           "    except ImportError:\n"
           "        break\n"
+          "for name in ('tabulate', 'wcwidth', 'jinja2', 'markupsafe'):  # the tables' and the page's\n"
+          "    try:\n"
+          "        importlib.import_module(name)\n"
+          "    except ImportError:\n"
+          "        pass\n"
+          "try:  # the page's template, compiled once here rather than in every command\n"
+          "    importlib.import_module(package + '.page')._page_template()\n"
+          "except (ImportError, AttributeError):  # a tree from before it\n"
+          "    pass\n"
           "for line in sys.stdin:\n"
           "    request = json.loads(line)\n"
           "    sys.stdout.flush(); sys.stderr.flush()\n"
