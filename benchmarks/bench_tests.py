@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall {wall:.1f} s, CPU {cpu:.1f} s, load after {load()}: {summary}")
     if outlived:
         print(f"({outlived} processes outlived the run and were waited for, their CPU counted: the warm servers "
-              "its workers shared leave once it is over)")
+              "its workers share leave once it is over, and processes whose parents a test killed)")
     failing = [line for line in out.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
     if failing:
         kept = Path(tempfile.mkdtemp(prefix="bench-tests-output-")) / "pytest.txt"
