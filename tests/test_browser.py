@@ -268,8 +268,13 @@ def test_a_planted_fault_in_the_page_script_is_caught(browser, tmp_path, plant, 
     """The same checks on the published page with one behaviour taken out of its script fail."""
     html = (REPO / "reports" / "published" / "torch-2.14.1" / "cpu" / "matrix.html").read_text(encoding="utf-8")
     assert plant in html
-    planted = tmp_path / "planted.html"
-    planted.write_text(html.replace(plant, "" if plant.endswith("\n") else "if (false)"), encoding="utf-8")
+    assert_caught(browser, tmp_path / "planted.html", html.replace(plant, "" if plant.endswith("\n") else "if (false)"),
+                  check)
+
+
+def assert_caught(browser, planted: Path, html: str, check) -> None:
+    """``check`` fails on the page ``html`` (a planted fault), written to ``planted``."""
+    planted.write_text(html, encoding="utf-8")
     page = open_page(browser, planted)
     try:
         with pytest.raises(AssertionError):
@@ -341,14 +346,7 @@ def test_rows_listed_above_a_followed_cell_are_caught(browser, large_page, tmp_p
     for old, new in plants:
         assert html.count(old) == 1, old
         html = html.replace(old, new)
-    planted = tmp_path / "rows-above.html"
-    planted.write_text(html, encoding="utf-8")
-    page = open_page(browser, planted)
-    try:
-        with pytest.raises(AssertionError):
-            check_link_to_a_hidden_cell(page)
-    finally:
-        page.close()
+    assert_caught(browser, tmp_path / "rows-above.html", html, check_link_to_a_hidden_cell)
 
 
 def test_headings_stay_on_screen_and_a_page_without_sticky_headings_is_caught(browser, large_page, tmp_path):
