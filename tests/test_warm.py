@@ -151,7 +151,7 @@ def test_a_timeout_kills_the_child_and_raises_as_subprocess_run_does(tmp_path):
     before = dict(warm.stats)
     with pytest.raises(subprocess.TimeoutExpired):
         warm.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-p", "slow_probe",
-                  *TWO], env=_env({"PYTHONPATH": str(folder)}), timeout=3, capture_output=True)
+                  *TWO], env=_env({"PYTHONPATH": str(folder)}), timeout=1, capture_output=True)
     assert warm.stats["warm"] == before["warm"] + 1
 
 
