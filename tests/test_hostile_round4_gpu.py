@@ -250,17 +250,27 @@ def test_G28_ctrl_c_lets_the_steps_pytest_write_its_end_record_and_summary(tmp_p
 
 def test_G30_a_second_run_into_the_same_OUT_refuses_instead_of_interleaving(tmp_path, monkeypatch, capsys):
     """The entry's race made certain: run B finds --out new, and before B writes anything run A
-    (the real command) takes the folder and runs its step. B must refuse in one line, and A's
-    folder and archive hold A's run alone."""
+    (the real command) takes the folder and runs its step, which waits (a plugin of the test's)
+    until B has answered: B must refuse in one line, and A's folder and archive hold A's run
+    alone. (Without the wait A's one-case run could end before B looked, about 1 time in 10.)"""
     out = tmp_path / "gdup"
     started: list[subprocess.Popen] = []
     found_new = gpurun._out_dir
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    (hold / "hold_probe.py").write_text(
+        "import os, time\n"
+        "def pytest_configure(config):\n"
+        "    deadline = time.monotonic() + 120\n"
+        "    while not os.path.exists(os.environ['HOLD_UNTIL']) and time.monotonic() < deadline:\n"
+        "        time.sleep(0.05)\n")
+    released = tmp_path / "released"
 
     def race(text, root, checkout):
         path = found_new(text, root, checkout)  # B: "new or empty"
         a = warm.popen([sys.executable, "-m", "detconf", "gpu-run", "--steps", "documented", "-n", "0",
-                        "--device", "cpu", "--quiet", "--out", str(out), "--", "-k", ONE_CASE],
-                       cwd=ROOT, env=warm.base_env())
+                        "--device", "cpu", "--quiet", "--out", str(out), "--", "-p", "hold_probe", "-k", ONE_CASE],
+                       cwd=ROOT, env={**warm.base_env(), "PYTHONPATH": str(hold), "HOLD_UNTIL": str(released)})
         started.append(a)
         _wait_for(out / "console.log", a, 120)  # A has taken the folder
         return path
@@ -273,6 +283,7 @@ def test_G30_a_second_run_into_the_same_OUT_refuses_instead_of_interleaving(tmp_
     code = gpurun.main(["--steps", "documented", "--device", "cpu", "--quiet", "--out", str(out),
                         "--requirements", str(req), "--", "-k", "index_add"], root=ROOT)
     err = capsys.readouterr().err
+    released.touch()
     [a] = started
     a_out, a_err = a.communicate(timeout=300)
     assert code == 2, err
