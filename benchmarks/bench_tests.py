@@ -4,10 +4,9 @@ tests and the time per test file.
     python benchmarks/bench_tests.py [-n auto] [--slowest 20] [--cold] [-- extra pytest args]
 
 Runs ``python -m pytest tests -n N -p no:cacheprovider -q --durations=0`` in a child process and
-prints the wall time, the CPU time of the child tree (processes left running at its end too), the load average before and after, the
-tests that failed or errored (pytest's short summary lines, and where pytest's whole output is kept
-then), the
-``--slowest`` slowest test phases (setup, call, teardown: pytest's own ``--durations`` lines), the
+prints the wall time, the CPU time of the child tree (processes left running at its end too), the
+load average before and after, the tests that failed or errored (pytest's short summary lines, and
+where pytest's whole output is kept then), the ``--slowest`` slowest test phases (setup, call, teardown: pytest's own ``--durations`` lines), the
 summed durations per test file, largest first, and the inner runs the tests made (``python -m
 pytest``, ``python -m detconf.reports``, ``python -I`` scripts): how many were forked from a warm
 interpreter (``tests/warm.py``), per kind, and how many ran cold, and why; how many xdist

@@ -205,10 +205,9 @@ def test_a_command_whose_imports_could_differ_runs_cold(tmp_path, plant):
     elif plant == "dist-info-installed-name":
         from importlib import metadata
 
-        sought = {n.replace("-", "_").lower() for n in warm._server_for(warm.base_env()).sought()}
+        sought = {warm.warm_server._normal(n) for n in warm._server_for(warm.base_env()).sought()}
         installed = sorted(d.metadata["Name"] for d in metadata.distributions()
-                           if d.metadata["Name"] and d.metadata["Name"].replace("-", "_").replace(".", "_").lower()
-                           not in sought)
+                           if d.metadata["Name"] and warm.warm_server._normal(d.metadata["Name"]) not in sought)
         assert installed, "every installed distribution bears a name the server's imports looked for"
         _distribution(folder, installed[0])
     elif plant == "pth":

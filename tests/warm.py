@@ -158,7 +158,7 @@ class _Server:
         self.flavour = flavour
         self.env = dict(env)
         self.shared = shared is not None
-        self.owner = True
+        owner = True
         if shared is None:
             self.folder = Path(tempfile.mkdtemp(prefix="detconf-warm-"))
         else:
@@ -166,12 +166,12 @@ class _Server:
             try:
                 self.folder.mkdir(mode=0o700)
             except FileExistsError:
-                self.owner = False
+                owner = False
         self.socket = self.folder / "s"
         self.log = self.folder / "log"
         self._sought: set[str] | None = None
-        self.proc = None
-        if not self.owner:
+        self.proc: subprocess.Popen | None = None
+        if not owner:
             return
         extra = {warm_server.WATCH: str(watch or os.getppid())} if self.shared else {}
         with open(self.log, "wb") as log:
@@ -182,6 +182,11 @@ class _Server:
         if self.shared:
             (self.folder / "pid.tmp").write_text(str(self.proc.pid))
             os.rename(self.folder / "pid.tmp", self.folder / "pid")
+
+    @property
+    def owner(self) -> bool:
+        """Whether this process started the server (and so may stop it)."""
+        return self.proc is not None
 
     def _exited(self) -> str | None:
         """Why the server is gone before it listened (None: it is not)."""

@@ -1091,6 +1091,8 @@ WATCH = "DETCONF_WARM_WATCH"
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` is there (``detconf.child.pid_alive``'s rule: the server imports
+    nothing of the repository, whose modules a child must import itself)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
