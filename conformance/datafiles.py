@@ -183,6 +183,13 @@ def _nests_deeper(text: str, limit: int) -> bool:
     return False
 
 
+#: The texts that passed a schema in this process: ``(schema, text) -> the validator that passed
+#: it`` (a schema read again, after ``_validator.cache_clear()``, checks every text again). A run
+#: reads each catalog file twice (the options' check before torch is imported, then the catalog):
+#: the second read of the same text is parsed again, not checked again.
+_PASSED: dict[tuple[str, str], Any] = {}
+
+
 def read_json(path: str | Path, schema: str, *, item: str) -> Any:
     """The parsed content of ``path`` once it validates against ``schemas/<schema>.schema.json``.
 
@@ -199,6 +206,9 @@ def read_json(path: str | Path, schema: str, *, item: str) -> Any:
         raise CatalogError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise CatalogError(f"{path}: not UTF-8 text") from None
+    known = _PASSED.get((schema, text))
+    if known is not None and known is _validator(schema):  # this very text passed this schema before
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
     if _nests_deeper(text, MAX_DEPTH):
         raise CatalogError(f"{path}: malformed JSON: nested deeper than {MAX_DEPTH} levels")
     try:
@@ -222,4 +232,5 @@ def read_json(path: str | Path, schema: str, *, item: str) -> Any:
         first = min(map(entry_of, errors))
         error = best_match(e for e in errors if entry_of(e) == first)
         raise CatalogError(_describe(error, path, raw, item))
+    _PASSED[schema, text] = validator
     return raw

@@ -29,7 +29,44 @@ def register() -> None:
         settings.register_profile(name, **kwargs)
 
 
+#: Hypothesis's own ``_get_local_constants``, once :func:`without_local_constants` replaced it
+#: (None: it did not): tests/test_strategies.py shows what it would have drawn.
+_local_constants_of_hypothesis = None
+
+
+def without_local_constants() -> bool:
+    """Draw from the strategies and Hypothesis's own constants only, not from the source of the
+    modules this process has loaded.
+
+    Hypothesis (from 6.131) mixes into its draws the constants it reads in the source of every
+    *local* module loaded when it first draws (outside site-packages, not a test file), and keeps
+    them under ``.hypothesis/constants/`` in the working folder. The suite's examples would then
+    depend on what the process had loaded: a checkout's detconf is local, an installed one is
+    not; a user's conftest or a vendor's backend module adds its own numbers. A derandomized
+    profile would not give the same examples in every process, and every run would write into
+    the folder it runs from (and read some hundred source files: about 75 ms of a one-case run
+    on the 2-core sandbox). Returns whether this Hypothesis had local constants to turn off
+    (where it lacks the feature, there is nothing to do)."""
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # pragma: no cover - every supported Hypothesis has the module
+        return False
+    if not callable(getattr(providers, "_get_local_constants", None)) or not callable(
+            getattr(providers, "Constants", None)):
+        return False
+    global _local_constants_of_hypothesis
+    if _local_constants_of_hypothesis is None:
+        _local_constants_of_hypothesis = providers._get_local_constants
+    none = providers.Constants()
+    providers._get_local_constants = lambda: none
+    cache = getattr(getattr(providers, "CONSTANTS_CACHE", None), "cache", None)
+    if hasattr(cache, "clear"):  # what was worked out from the constants found so far
+        cache.clear()
+    return True
+
+
 register()
+without_local_constants()
 
 
 @contextlib.contextmanager

@@ -385,3 +385,31 @@ def test_the_ascend_list_is_the_npu_backends_vendor_profile(monkeypatch, tmp_pat
     other.write_text(json.dumps(json.loads(raw)[:2]), encoding="utf-8")
     monkeypatch.setattr(devices, "ASCEND_PROFILE", replace(profile, data=str(other)))
     assert len(catalog.load_entries("ascend")) == 2
+
+
+def test_the_entry_points_are_read_once_until_a_folder_on_the_path_changes(tmp_path, monkeypatch):
+    """A run asks for the backends several times; the installed distributions' metadata is read
+    again only when ``sys.path`` or a folder on it changed: a distribution installed into a
+    folder already on the path, or removed from it, is seen at the next call."""
+    import shutil
+
+    monkeypatch.setattr(loader, "_LOADED", {})
+    monkeypatch.setattr(loader, "_POINTS", [])
+    reads = []
+    real = loader.metadata.entry_points
+    monkeypatch.setattr(loader.metadata, "entry_points", lambda **kw: reads.append(kw) or real(**kw))
+    where = tmp_path / "site"
+    where.mkdir()
+    monkeypatch.syspath_prepend(str(where))
+    assert "late" not in devices.backends() and "late" not in devices.backends()
+    assert len(reads) == 1  # the second call read nothing
+    make_distribution(where, "late-detconf", {"late": "late_backend:backend"}, "late_backend",
+                      GOOD.format(name="late"))
+    try:
+        assert devices.backends()["late"].origin == "late-detconf 1.0"
+        assert len(reads) == 2
+        shutil.rmtree(where / "late_detconf-1.0.dist-info")
+        assert "late" not in devices.backends()
+    finally:
+        sys.modules.pop("late_backend", None)
+    assert len(reads) == 3

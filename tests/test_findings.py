@@ -1,4 +1,5 @@
 """Known findings turn a recorded non-conforming verdict into xfail, nothing else."""
+import functools
 import json
 import re
 from pathlib import Path
@@ -134,6 +135,43 @@ def test_catalog_files_malformed_entries_are_one_line_errors(tmp_path):
     path.write_text(dup[:-1] + "," + dup[1:])
     with pytest.raises(CatalogError, match="duplicate entry id 'x'"):
         read_entries_file(path, source="ascend")
+
+
+def test_a_text_that_passed_its_schema_is_parsed_again_not_checked_again(tmp_path, monkeypatch):
+    """A run reads each catalog file twice; the second read of the same text skips the schema
+    check. Another text at the same path, the same text under a schema read again
+    (``_validator.cache_clear()``) or under another schema is checked, and a bad one refused."""
+    from detconf.conformance import datafiles
+
+    checked = []
+    real = datafiles._validator
+
+    def counting(schema):
+        validator = real(schema)
+        return type("Counting", (), {"iter_errors": lambda self, raw: checked.append(schema) or
+                                     validator.iter_errors(raw), "real": validator})()
+
+    memo = functools.lru_cache(maxsize=None)(counting)
+    monkeypatch.setattr(datafiles, "_validator", memo)
+    monkeypatch.setattr(datafiles, "_PASSED", {})
+    good = '[{"entry_id": "x", "op": "torch.x", "sentence": "s", "promise": "raises", "source": "ascend"}]'
+    path = tmp_path / "c.json"
+    path.write_text(good)
+    first = datafiles.read_json(path, "catalog-entries", item="catalog entry")
+    second = datafiles.read_json(path, "catalog-entries", item="catalog entry")
+    assert first == second and first is not second  # parsed again: a caller may change its copy
+    assert checked == ["catalog-entries"]
+    path.write_text(good.replace('"raises"', '"sometimes"'))  # the same path, another text
+    with pytest.raises(CatalogError, match="promise"):
+        datafiles.read_json(path, "catalog-entries", item="catalog entry")
+    path.write_text(good)
+    datafiles.read_json(path, "catalog-entries", item="catalog entry")
+    assert checked == ["catalog-entries"] * 2  # a text refused is no text passed
+    memo.cache_clear()
+    datafiles.read_json(path, "catalog-entries", item="catalog entry")
+    assert checked == ["catalog-entries"] * 3
+    with pytest.raises(CatalogError, match="known finding #0"):  # the text passed one schema, not this one
+        datafiles.read_json(path, "known-findings", item="known finding")
 
 
 def test_schemas_speak_the_vocabulary():

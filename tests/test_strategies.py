@@ -1,6 +1,9 @@
 """Tests for engine.strategies: argument validation, bounds, duplicates, layouts, seeding, shrinking."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import HealthCheck, find, given, settings
@@ -245,3 +248,70 @@ def test_build_indices_is_reproducible_from_its_seed():
 
 def test_index_tensors_shrink_to_no_indices():
     assert find(S.index_tensors(size=5), lambda t: True).numel() == 0
+
+
+# -- the examples depend on the seed, not on the modules a process has loaded --------------------
+
+PLANTED_CONSTANTS = "".join(f"C{i} = {1000 + 7 * i}\n" for i in range(300))
+
+
+def _derandomized_draws() -> list[int]:
+    seen: list[int] = []
+
+    @settings(derandomize=True, max_examples=300, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.integers(0, 10_000))
+    def probe(x):
+        seen.append(x)
+
+    probe()
+    return seen
+
+
+def test_a_derandomized_draw_is_the_same_whatever_local_modules_are_loaded(tmp_path, monkeypatch):
+    """The suite's profiles turn off Hypothesis's local constants (``conformance.profiles``): a
+    module of the user's, a vendor's or a checkout's own, loaded or not, changes no example. The
+    same draw with Hypothesis's own behaviour put back takes the planted module's numbers: what
+    this test would see if the suite let it."""
+    import importlib
+
+    from hypothesis.internal.conjecture import providers
+
+    from detconf.conformance import profiles
+
+    hypothesis_own = profiles._local_constants_of_hypothesis or getattr(providers, "_get_local_constants", None)
+    if hypothesis_own is None:
+        pytest.skip("this Hypothesis mixes no local constants into its draws")
+    (tmp_path / "planted_constants_module.py").write_text(PLANTED_CONSTANTS, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # where Hypothesis keeps what it read (.hypothesis/constants)
+    before = _derandomized_draws()
+    planted = importlib.import_module("planted_constants_module")
+    try:
+        assert _derandomized_draws() == before
+        monkeypatch.setattr(providers, "_get_local_constants", hypothesis_own)
+        mixed = _derandomized_draws()
+        numbers = {v for k, v in vars(planted).items() if k.startswith("C")}
+        assert mixed != before and numbers & set(mixed), "Hypothesis's own draw did not take the planted numbers"
+    finally:
+        monkeypatch.undo()  # the suite's replacement back, then what Hypothesis worked out forgotten
+        profiles.without_local_constants()
+        sys.modules.pop("planted_constants_module", None)
+    assert _derandomized_draws() == before
+
+
+def test_a_suite_run_writes_nothing_of_hypothesis_into_the_folder_it_runs_from(tmp_path):
+    """With the ``ci`` profile (no example database) a run from another folder leaves no
+    ``.hypothesis`` there: Hypothesis kept the constants it read from local modules under
+    ``.hypothesis/constants/`` in the working folder."""
+    from tests import warm
+
+    root = Path(__file__).resolve().parents[1]
+    out = warm.run([sys.executable, "-m", "pytest", str(root / "conformance"), "--rootdir", str(root), "-q",
+                    "-p", "no:cacheprovider", "--source", "torch-docs", "--device", "cpu", "--mode", "error",
+                    "-n", "0", "--hypothesis-profile", "ci", "-k", "index_add", "--no-report-build",
+                    "--results", str(tmp_path / "out" / "r.jsonl")],
+                   cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "passed" in out.stdout
+    assert not (tmp_path / ".hypothesis").exists(), sorted(p.name for p in (tmp_path / ".hypothesis").rglob("*"))[:5]
