@@ -13,7 +13,11 @@ it). The commands:
 - ``c``: ``python -c pass``, the fork and the exit alone;
 - ``version``: ``python -m pytest --version``, pytest's start without a session;
 - ``usage``: ``python -m pytest conformance --runs 0``, a suite run up to its usage error
-  (options and data files checked, nothing collected).
+  (options and data files checked, nothing collected);
+- ``collect``: one documented case collected (``--collect-only``) of the default sources: options
+  and every data file checked, the devices, the plan and the catalog, the suite's modules imported;
+- ``case``: that case run (``--hypothesis-profile ci``, six examples), its results written to a
+  temporary file, no report built.
 
 The busy time counts everything the machine did meanwhile: run it on an idle machine and
 quote the figures with the machine. Asserts nothing.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,11 +35,18 @@ from bench_alert_tests import OneLineParser, load  # this folder is the script's
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+#: One documented case, on the CPU, in error mode, of the default sources (every data file read).
+ONE_CASE = ["-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-n", "0", "--device", "cpu",
+            "--mode", "error", "-k", "index_add", "--hypothesis-profile", "ci", "--no-report-build", "--fresh-results"]
 COMMANDS = {
     "c": ["-c", "pass"],
     "version": ["-m", "pytest", "--version"],
     "usage": ["-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "--runs", "0", "-k", "none"],
+    "collect": [*ONE_CASE, "--collect-only"],
+    "case": ONE_CASE,
 }
+#: The commands that take a results file (a temporary one, given after the command).
+WRITES_RESULTS = ("collect", "case")
 
 
 def busy_seconds() -> float:
@@ -58,12 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     env = warm.base_env()
     warm.run([sys.executable, "-c", "pass"], cwd=ROOT, env=env, timeout=300)  # the server starts here
     print(f"{os.cpu_count()} CPUs, load {load()}; {args.runs} runs each")
+    results = Path(tempfile.mkdtemp(prefix="bench-warm-")) / "results.jsonl"
     for name in args.only or list(COMMANDS):
+        command = [sys.executable, *COMMANDS[name], *(["--results", str(results)] if name in WRITES_RESULTS else [])]
         before = dict(warm.stats)
         busy, start = busy_seconds(), time.perf_counter()
         codes = set()
         for _ in range(args.runs):
-            codes.add(warm.run([sys.executable, *COMMANDS[name]], cwd=ROOT, env=env, timeout=300).returncode)
+            codes.add(warm.run(command, cwd=ROOT, env=env, timeout=300).returncode)
         wall, busy = time.perf_counter() - start, busy_seconds() - busy
         forked = warm.stats["warm"] - before["warm"]
         how = "forked" if forked == args.runs else ("cold" if not forked else f"{forked} forked")

@@ -89,6 +89,22 @@ def test_the_fork_benchmark_prints_a_line_per_command_and_how_its_runs_went():
     assert all(re.search(r"wall +\d+\.\d ms  busy +\d+\.\d ms a run$", line) for line in lines[1:]), lines
 
 
+def test_the_fork_benchmarks_suite_commands_collect_one_case_and_run_it(tmp_path, monkeypatch):
+    """``collect`` and ``case`` are a suite run's commands as written: one case collected, one
+    case passed (forked here from the worker's server, as the benchmark forks them)."""
+    import sys
+
+    from tests import warm
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # its sibling's import; sys.path is put back after
+    bench_warm = load_script(ROOT / "benchmarks" / "bench_warm.py", "bench_warm")
+    assert set(bench_warm.WRITES_RESULTS) == {"collect", "case"}
+    for name, said in (("collect", "1/"), ("case", "1 passed")):
+        out = warm.run([sys.executable, *bench_warm.COMMANDS[name], "--results", str(tmp_path / "r.jsonl")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0 and said in out.stdout.splitlines()[-1], out.stdout[-2000:] + out.stderr[-2000:]
+
+
 @pytest.mark.parametrize("args", [["--runs", "0"], ["--runs", "abc"], ["--only", "nope"], ["--bogus"]])
 def test_the_fork_benchmark_refuses_bad_input_in_one_line(args):
     out = _bench_warm(*args)
