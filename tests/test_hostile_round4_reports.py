@@ -17,7 +17,6 @@ import csv
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 import unicodedata
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from detconf.reports import __main__ as reports_cli
+from tests import warm
 from tests.test_hostile_reports import assert_one_line_error, call, end_record, lines, result, run_record
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,13 +34,15 @@ HIDDEN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u20
 CHILD_TIMEOUT = 120
 
 
-def _limit_memory():  # runs in the child: a reader that reads a device whole fails fast, not the machine
-    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+#: The child's address space: a reader that reads a device whole fails fast, not the machine.
+CHILD_ADDRESS_SPACE = 2 << 30
 
 
 def child(*argv, module="detconf.reports", timeout=CHILD_TIMEOUT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *map(str, argv)], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=_limit_memory)
+    """``python -m MODULE ARGV`` in a process of its own, its address space limited (forked from
+    the warm ``reports`` interpreter where tests/warm.py may: about 0.4 GiB of it is taken then)."""
+    return warm.run([sys.executable, "-m", module, *map(str, argv)], cwd=REPO, capture_output=True, text=True,
+                    timeout=timeout, address_space=CHILD_ADDRESS_SPACE)
 
 
 def assert_child_error(proc: subprocess.CompletedProcess, *needles: str) -> None:

@@ -26,6 +26,7 @@ _seen = {
     "argv0": os.path.basename(sys.argv[0]), "path0": sys.path[0], "cwd": os.getcwd(),
     "marker": os.environ.get("WARM_MARKER"), "extra_on_path": os.environ["PROBE_DIR"] in sys.path,
     "fsize": resource.getrlimit(resource.RLIMIT_FSIZE)[0],
+    "address_space": resource.getrlimit(resource.RLIMIT_AS)[0],
     "repository_modules": sorted(m for m in sys.modules if m.split(".")[0] in ("detconf", "tests", "conformance")),
     "orig_argv_tail": sys.orig_argv[1:3],
     "path": [p.replace(os.environ["PROBE_DIR"], "<probe>") for p in sys.path],
@@ -45,7 +46,7 @@ def pytest_sessionfinish(session):
 
 
 def _probe(tmp_path: Path, name: str, *, cold: bool, fsize: int | None = None, extra: dict | None = None,
-           cwd: Path = ROOT) -> tuple[subprocess.CompletedProcess, dict, Path]:
+           cwd: Path = ROOT, address_space: int | None = None) -> tuple[subprocess.CompletedProcess, dict, Path]:
     folder = tmp_path / f"probe-{name}"
     folder.mkdir()
     (folder / "warm_probe.py").write_text(PROBE, encoding="utf-8")
@@ -55,7 +56,8 @@ def _probe(tmp_path: Path, name: str, *, cold: bool, fsize: int | None = None, e
     before = dict(warm.stats)
     out = warm.run([sys.executable, "-m", "pytest", str(ROOT / "conformance"), "--rootdir", str(ROOT), "-q",
                     "-p", "no:cacheprovider", "-p", "warm_probe", *TWO, "--results", str(results)],
-                   cwd=cwd, env=env, timeout=240, capture_output=True, text=True, fsize=fsize, cold=cold)
+                   cwd=cwd, env=env, timeout=240, capture_output=True, text=True, fsize=fsize, cold=cold,
+                   address_space=address_space)
     how = "cold" if warm.stats["cold"] > before["cold"] else "warm"
     seen = json.loads((tmp_path / f"{name}.json").read_text()) if (tmp_path / f"{name}.json").exists() else {}
     return out, dict(seen, ran=how), results
@@ -133,13 +135,15 @@ def test_the_server_compiles_the_repositorys_packages_but_the_tests(tmp_path):
 
 
 @pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
-def test_the_folder_the_file_size_limit_and_a_kill_are_the_childs_own(tmp_path):
+def test_the_folder_the_resource_limits_and_a_kill_are_the_childs_own(tmp_path):
     other = tmp_path / "elsewhere"
     other.mkdir()
-    out, seen, _ = _probe(tmp_path, "k", cold=False, fsize=1 << 30, extra={"PROBE_KILL": "1"}, cwd=other)
+    out, seen, _ = _probe(tmp_path, "k", cold=False, fsize=1 << 30, extra={"PROBE_KILL": "1"}, cwd=other,
+                          address_space=64 << 30)
     assert seen["ran"] == "warm"
     assert out.returncode == -9  # killed by its own signal, as subprocess.run reports it
     assert seen["cwd"] == str(other) and seen["path0"] == str(other) and seen["fsize"] == 1 << 30
+    assert seen["address_space"] == 64 << 30
     assert seen["hypothesis_home"] == str(other / ".hypothesis"), seen  # read from the child's folder
 
 

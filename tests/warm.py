@@ -8,8 +8,8 @@ code runs. :func:`run` gives such a command the same process, minus that wait: a
 (``tests/warm_server.py``) started once per test process, or once per run for all its xdist
 workers (:func:`_shared_folder`; ``DETCONF_TESTS_SHARED=0``: one per worker), has imported them (and the report's libraries,
 the installed pytest plugins but xdist, and Inductor's answer about the CPU's vector instruction
-sets, which a first C++ compile works out), and forks a child that takes
-the command's folder, environment, standard streams and file-size limit and runs ``python -m
+sets, which a first C++ compile works out), and forks a child that takes the command's folder,
+environment, standard streams and resource limits (file size, address space) and runs ``python -m
 pytest ARGS`` there. The suite, its plugin and every probe plugin a test adds are imported in the
 child, as in a fresh process (the repository's modules from code the server compiled from their
 unchanged files: no compiling them again in each child where no bytecode files are written); the
@@ -293,9 +293,11 @@ def _choose(cmd: list, cwd, env: dict, cold: bool, imports: tuple[str, ...]) -> 
 
 def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None = None, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text: bool = True, fsize: int | None = None, cold: bool = False,
-        capture_output: bool = False, imports: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+        capture_output: bool = False, imports: tuple[str, ...] = (),
+        address_space: int | None = None) -> subprocess.CompletedProcess:
     """``subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, stdout=stdout, stderr=stderr,
-    text=text)`` (with ``RLIMIT_FSIZE`` set to ``fsize`` when given), for ``cmd = [sys.executable,
+    text=text)`` (with ``RLIMIT_FSIZE`` set to ``fsize`` and ``RLIMIT_AS`` to ``address_space``
+    when given: in a forked child from its start, which holds the server's imports), for ``cmd = [sys.executable,
     "-m", "pytest", *args]`` (or ``"detconf"``), ``[sys.executable, "-m", "detconf.reports", *args]`` or
     ``[sys.executable, "-I", script, *args]`` (with ``imports``, the modules ``script`` imports
     whatever it does): forked from a warm server where the module's rules allow."""
@@ -306,8 +308,8 @@ def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None =
     started = time.monotonic()
     try:
         if server is None:
-            return _cold(cmd, cwd, env, timeout, stdout, stderr, text, fsize)
-        return _forked(server, cmd, form[1], cwd, env, timeout, stdout, stderr, text, fsize)
+            return _cold(cmd, cwd, env, timeout, stdout, stderr, text, _limits(fsize, address_space))
+        return _forked(server, cmd, form[1], cwd, env, timeout, stdout, stderr, text, _limits(fsize, address_space))
     finally:
         stats["cold" if server is None else "warm"] += 1
         warm_server.log_line(test=warm_server.current_test(),
@@ -395,18 +397,25 @@ def reports(*args, cwd=ROOT, timeout: float | None = None, stdout=subprocess.PIP
                stderr=subprocess.PIPE, text=True, timeout=timeout)
 
 
-def _cold(cmd, cwd, env, timeout, stdout, stderr, text, fsize) -> subprocess.CompletedProcess:
+def _limits(fsize: int | None, address_space: int | None) -> dict[str, int]:
+    """The resource limits a command runs with, by the name of their ``resource.RLIMIT_*``."""
+    return {name: value for name, value in (("FSIZE", fsize), ("AS", address_space)) if value}
+
+
+def _cold(cmd, cwd, env, timeout, stdout, stderr, text, limits: dict[str, int]) -> subprocess.CompletedProcess:
     limit = None
-    if fsize:
+    if limits:
         import resource
 
-        limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))  # noqa: E731
+        def limit():
+            for name, value in limits.items():
+                resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (value, value))
     return subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, stdout=stdout, stderr=stderr, text=text,
                           preexec_fn=limit)
 
 
 def _forked(server: _Server, cmd, form: dict, cwd, env, timeout, stdout, stderr, text,
-            fsize) -> subprocess.CompletedProcess:
+            limits: dict[str, int]) -> subprocess.CompletedProcess:
     opened: list[int] = []  # our ends and the child's, closed before returning
     readers: dict[int, str] = {}
 
@@ -430,7 +439,7 @@ def _forked(server: _Server, cmd, form: dict, cwd, env, timeout, stdout, stderr,
     err_fd = out_fd if stderr is subprocess.STDOUT else target(stderr, "stderr")
     # import_time: a pytest child that starts xdist's workers forks them too, where their
     # environment leaves these variables as the child had them (warm_server._workers_from)
-    request = json.dumps({**form, "cwd": os.fspath(cwd), "env": env, "fsize": fsize, "import_time": list(IMPORT_TIME),
+    request = json.dumps({**form, "cwd": os.fspath(cwd), "env": env, "limits": limits, "import_time": list(IMPORT_TIME),
                           "test": warm_server.current_test()}).encode()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     chunks = {name: bytearray() for name in readers.values()}

@@ -18,9 +18,10 @@ socket. The flavours:
   the collector paused or anything frozen, as a fresh interpreter imports them.
 
 For each request it forks: the child is a new process that takes the caller's standard streams,
-folder, environment and file-size limit and runs the module or script as a fresh interpreter
-would, with none of this repository's modules imported (the suite, its plugin, the reports and the
-probes a test adds load in the child, as they would in a fresh process). The server of a
+folder, environment and resource limits (file size, address space) and runs the module or script
+as a fresh interpreter would, with none of this repository's modules imported (the suite, its
+plugin, the reports and the probes a test adds load in the child, as they would in a fresh
+process). The server of a
 ``pytest`` or ``reports`` flavour has compiled the repository's package files (not run them:
 ``compile_sources``), and its child imports a file unchanged since from that code
 (``PrecompiledFinder``), where a fresh interpreter would read its bytecode file or, without one
@@ -338,18 +339,19 @@ def _detach_finalizers() -> None:
 
 def _fresh(request: dict, fds: list[int], filters: list, finder: PrecompiledFinder | None) -> None:
     """What a fresh interpreter would have: the caller's standard streams, folder, environment and
-    file-size limit, its own temporary folder, Hypothesis folder and NumPy stream, the warning
-    filters and signal handlers of an interpreter's start."""
+    resource limits (file size, address space), its own temporary folder, Hypothesis folder and
+    NumPy stream, the warning filters and signal handlers of an interpreter's start."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    if request.get("fsize"):
+    if request.get("limits"):
         import resource
 
-        resource.setrlimit(resource.RLIMIT_FSIZE, (request["fsize"], request["fsize"]))
+        for name, value in request["limits"].items():  # FSIZE, AS: tests/warm.py _limits
+            resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (value, value))
     import tempfile
 
     tempfile.tempdir = None  # TMPDIR is read again, from this environment
