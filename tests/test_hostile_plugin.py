@@ -594,8 +594,8 @@ def test_the_rerun_hint_reproduces_the_case_from_any_folder_and_under_last_faile
         assert option in text, option
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    again = subprocess.run([*hint, "-p", "no:cacheprovider", "-p", "planted_violation", "--no-report-build"],
-                           cwd=elsewhere, capture_output=True, text=True, timeout=240, env=_env(env))
+    again = warm.run([*hint, "-p", "no:cacheprovider", "-p", "planted_violation", "--no-report-build"],
+                     cwd=elsewhere, capture_output=True, text=True, timeout=240, env=_env(env))
     assert again.returncode == 1 and "1 failed" in again.stdout, again.stdout[-2000:] + again.stderr[-2000:]
     runs = runs_in(results)
     assert len(runs) == 3
