@@ -36,6 +36,7 @@ except ImportError:  # pragma: no cover - an older or newer Hypothesis without i
 import detconf.conformance.registry  # noqa: F401  (registers every recipe and check)
 from detconf.conformance.kit import stable_draws
 from detconf.conformance.plan import Case
+from detconf.conformance.profiles import without_local_constants
 from detconf.vocabulary import MODE_CALLS, SCHEMA_VERSION
 from detconf.engine import checks, comparison, fleet, program, strategies, verdict
 from detconf.engine.compiled import Compiler, compile_unavailable
@@ -46,6 +47,10 @@ from detconf.engine.observation import Observation
 from detconf.engine.perturb import Perturber
 from detconf.engine.runner import RunOutcome, backend_gap, eager_ops, missing_kernel, run_program, run_values
 from detconf.engine.trace import DispatchTrace, reached, top_ops
+
+# Whatever process judges a case draws its examples from the strategies and the seed alone, not from
+# the numbers in the local modules it happens to have loaded (conformance.profiles).
+without_local_constants()
 
 
 class _NonConforming(Exception):

@@ -315,3 +315,23 @@ def test_a_suite_run_writes_nothing_of_hypothesis_into_the_folder_it_runs_from(t
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "passed" in out.stdout
     assert not (tmp_path / ".hypothesis").exists(), sorted(p.name for p in (tmp_path / ".hypothesis").rglob("*"))[:5]
+
+
+def test_a_process_that_imports_the_harness_alone_draws_without_local_constants():
+    """Whoever judges a case (the plugin, an isolated or perturbed child, a vendor's script calling
+    ``conformance.harness``) draws as the profiles do, whether or not it loaded them itself."""
+    from hypothesis.internal.conjecture import providers
+
+    from tests import warm
+
+    if not hasattr(providers, "_get_local_constants"):
+        pytest.skip("this Hypothesis mixes no local constants into its draws")
+    code = ("import json\n"
+            "from hypothesis.internal.conjecture import providers\n"
+            "own = providers._get_local_constants\n"
+            "import detconf.conformance.harness\n"
+            "print(json.dumps([providers._get_local_constants is not own, len(providers._get_local_constants())]))\n")
+    out = warm.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                   text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-1] == "[true, 0]", out.stdout
