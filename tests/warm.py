@@ -305,11 +305,12 @@ def run(cmd: list, *, cwd=ROOT, env: dict | None = None, timeout: float | None =
         stdout = stderr = subprocess.PIPE
     env = dict(os.environ if env is None else env)
     server, why, form = _choose(cmd, cwd, env, cold, imports)
+    limits = _limits(fsize, address_space)
     started = time.monotonic()
     try:
         if server is None:
-            return _cold(cmd, cwd, env, timeout, stdout, stderr, text, _limits(fsize, address_space))
-        return _forked(server, cmd, form[1], cwd, env, timeout, stdout, stderr, text, _limits(fsize, address_space))
+            return _cold(cmd, cwd, env, timeout, stdout, stderr, text, limits)
+        return _forked(server, cmd, form[1], cwd, env, timeout, stdout, stderr, text, limits)
     finally:
         stats["cold" if server is None else "warm"] += 1
         warm_server.log_line(test=warm_server.current_test(),
@@ -403,15 +404,8 @@ def _limits(fsize: int | None, address_space: int | None) -> dict[str, int]:
 
 
 def _cold(cmd, cwd, env, timeout, stdout, stderr, text, limits: dict[str, int]) -> subprocess.CompletedProcess:
-    limit = None
-    if limits:
-        import resource
-
-        def limit():
-            for name, value in limits.items():
-                resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (value, value))
     return subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, stdout=stdout, stderr=stderr, text=text,
-                          preexec_fn=limit)
+                          preexec_fn=(lambda: warm_server.apply_limits(limits)) if limits else None)
 
 
 def _forked(server: _Server, cmd, form: dict, cwd, env, timeout, stdout, stderr, text,

@@ -337,6 +337,17 @@ def _detach_finalizers() -> None:
         finalizer.atexit = False
 
 
+def apply_limits(limits: dict[str, int]) -> None:
+    """Set this process's resource limits, by the name of their ``resource.RLIMIT_*`` (``FSIZE``,
+    ``AS``: tests/warm.py ``_limits``), soft and hard alike: in a forked child here, and before
+    the exec of a cold one (tests/warm.py ``_cold``)."""
+    if limits:
+        import resource
+
+        for name, value in limits.items():
+            resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (value, value))
+
+
 def _fresh(request: dict, fds: list[int], filters: list, finder: PrecompiledFinder | None) -> None:
     """What a fresh interpreter would have: the caller's standard streams, folder, environment and
     resource limits (file size, address space), its own temporary folder, Hypothesis folder and
@@ -347,11 +358,7 @@ def _fresh(request: dict, fds: list[int], filters: list, finder: PrecompiledFind
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    if request.get("limits"):
-        import resource
-
-        for name, value in request["limits"].items():  # FSIZE, AS: tests/warm.py _limits
-            resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (value, value))
+    apply_limits(request.get("limits") or {})
     import tempfile
 
     tempfile.tempdir = None  # TMPDIR is read again, from this environment
