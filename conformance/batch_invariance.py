@@ -266,10 +266,14 @@ def _outputs(value) -> list:
 
 
 def _bytes_equal(a, b) -> bool:
+    """The same shape, dtype and bytes (read from unit-stride copies: ``contiguous()`` keeps the
+    stride of a size-1 dimension, which a byte view refuses)."""
     import torch
 
+    from detconf.engine.fingerprint import flat_host_copy
+
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(
-        a.contiguous().view(torch.uint8) if a.numel() else a, b.contiguous().view(torch.uint8) if b.numel() else b)
+        flat_host_copy(a).view(torch.uint8), flat_host_copy(b).view(torch.uint8))
 
 
 @contextlib.contextmanager

@@ -402,6 +402,12 @@ def walk(value):
             yield from walk(v)
 
 
+def flat(t):
+    """``t``'s elements, one after another, with unit stride (``contiguous()`` keeps the stride of a
+    size-1 dimension, which a byte view refuses)."""
+    return t.reshape(-1).clone(memory_format=torch.contiguous_format)
+
+
 def digest(sample):
     """The bytes of every tensor the sample holds (dense), hashed: the inputs of each run."""
     h = hashlib.sha256()
@@ -409,7 +415,7 @@ def digest(sample):
         t = t.detach().to("cpu")
         t = t.to_dense() if t.layout != torch.strided else t
         h.update(str((t.dtype, tuple(t.shape))).encode())
-        h.update(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(flat(t).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
 
 
@@ -427,7 +433,7 @@ INPUT_DIGESTS = []
 _SWEEP_RUN_ONCE = r'''
 def dense(t):
     t = t.detach().to("cpu")
-    return (t.to_dense() if t.layout != torch.strided else t).contiguous()
+    return (t.to_dense() if t.layout != torch.strided else t).clone(memory_format=torch.contiguous_format)
 
 
 def run_once(fn, mode):
@@ -549,7 +555,7 @@ _OP_RUN_ONCE = r'''def run_once(fn, mode):
                 outputs += [(f"grad[{k}]", inputs[k].grad) for k in GRADS if inputs[k].grad is not None]
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-            values = [(label, t.detach().to("cpu").contiguous()) for label, t in outputs]
+            values = [(label, t.detach().to("cpu").clone(memory_format=torch.contiguous_format)) for label, t in outputs]
         except Exception as exc:  # what it raised is the evidence
             raised = raised_as(exc)
         finally:
@@ -698,7 +704,9 @@ def _fill_script(row: dict[str, Any], detail: dict[str, Any]) -> str:
         "",
         "",
         "def observed(t):",
-        "    flat = t.detach().to('cpu').contiguous().reshape(-1)  # its elements, not the gaps of its strides",
+        "    # its elements, not the gaps of its strides (contiguous() keeps a size-1 dimension's stride,",
+        "    # which a byte view refuses)",
+        "    flat = t.detach().to('cpu').reshape(-1).clone(memory_format=torch.contiguous_format)",
         "    n = flat.numel()",
         "    if t.dtype.is_complex:",
         "        if bool(torch.isnan(torch.view_as_real(flat.to(torch.complex128))).any(dim=-1).all()):",
@@ -824,7 +832,8 @@ def _batch_invariance_script(row: dict[str, Any], detail: dict[str, Any]) -> str
         "        whole = run(**batched)",
         "        part = run(**{name: t[:K].clone() for name, t in batched.items()})",
         "    prefix, part = whole[:K], part",
-        "    same = prefix.shape == part.shape and torch.equal(prefix.contiguous().view(torch.uint8), part.contiguous().view(torch.uint8))",
+        "    flat = lambda t: t.reshape(-1).clone(memory_format=torch.contiguous_format).view(torch.uint8)",
+        "    same = prefix.shape == part.shape and torch.equal(flat(prefix), flat(part))",
         "    diff = 0.0 if same else float((prefix.double() - part.double()).abs().max())",
         "    observed = 'batch-invariant' if same else 'batch-dependent'",
         "    verdict = ('conforms' if same else 'violated') if PROMISED else 'recorded'",

@@ -173,3 +173,16 @@ def test_a_program_that_crashes_is_a_failing_row_not_a_traceback():
                         promise=bi.load_promise(), torch_version=TORCH)
     assert row["verdict"] == "harness-error" and row["detail"]["error"] == "RuntimeError: planted failure second line"
     assert bi.failing([row]) == [row]
+
+
+def test_bytes_are_compared_whatever_the_strides_of_a_size_one_dimension():
+    """A one-element slice keeps the stride of its dimension (``contiguous()`` leaves it so) and a
+    byte view of it was refused: its bytes are compared like any other tensor's, dtype and shape
+    too."""
+    odd = torch.empty_strided((1,), (2,), dtype=torch.float16).fill_(1.5)
+    column = torch.arange(6, dtype=torch.float16).reshape(2, 3)[:1, 1:2]  # shape (1, 1), strides (3, 1)
+    assert bi._bytes_equal(odd, torch.full((1,), 1.5, dtype=torch.float16))
+    assert not bi._bytes_equal(odd, torch.full((1,), 2.5, dtype=torch.float16))
+    assert bi._bytes_equal(column.t(), torch.ones(1, 1, dtype=torch.float16))  # strides (1, 3)
+    assert not bi._bytes_equal(odd, torch.full((1,), 1.5, dtype=torch.float32))
+    assert not bi._bytes_equal(odd, torch.full((1, 1), 1.5, dtype=torch.float16))

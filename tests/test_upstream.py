@@ -411,15 +411,18 @@ def test_a_sweep_row_whose_reproducer_is_not_the_sweeps_is_refused(sweep_rows):
             upstream.repro_script(row)
 
 
-def test_a_fill_script_reads_the_elements_of_a_strided_tensor(tmp_path):
+@pytest.mark.parametrize("shape", [[3], [1]])
+def test_a_fill_script_reads_the_elements_of_a_strided_tensor(tmp_path, shape):
     """empty_strided with gaps between its elements (strides (2,) for half), compiled with Inductor
     (which leaves it unfilled: the known finding): the script judges the elements, where a byte
-    view of the strided tensor fails (it did, on torch 2.14.1, for a drawn example)."""
+    view of the strided tensor fails (it did, on torch 2.14.1, for a drawn example). One element
+    of stride 2 too: ``contiguous()`` keeps that stride, and the byte view refused it (the
+    script of a drawn example did, on torch 2.13.0)."""
     row = {"record": "result", "source": "repro-notes", "entry_id": "fill_uninitialized_memory:empty_strided[floating]",
            "device": "cpu", "mode": "error", "compile": "inductor", "phase": "program", "expected": "holds",
            "observed": "unfilled", "verdict": "violated", "torch_version": torch.__version__,
            "detail": {"fill_uninitialized_memory": True, "op": "empty_strided", "dtype": "torch.float16",
-                      "shape": [3], "strides": [2], "expected": "filled-nan"}}
+                      "shape": shape, "strides": [2], "expected": "filled-nan"}}
     result = _script_result(tmp_path, row)
     assert result["observed"] in ("unfilled", "zeros") and result["expected"] == "filled-nan"
     assert result["verdict"] == "violated"
