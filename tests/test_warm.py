@@ -92,6 +92,74 @@ def test_a_forked_run_answers_as_a_fresh_interpreter_and_sees_the_same_process(t
     assert warm_seen["repository_modules"] == [] and warm_seen["path0"] == str(ROOT)
 
 
+HELD = """
+import importlib, json, os, string, sys
+sys.path.insert(0, os.path.dirname(os.environ["SERVER_FILE"]))
+import warm_server as ws
+root, case = sys.argv[1], sys.argv[2]
+try:
+    ws._preload_project("pytest", None, root=root, roots=("detconf.sub",))
+except SystemExit as exc:
+    print(json.dumps({"refused": str(exc)}))
+    raise SystemExit(0)
+server_sub = sys.modules["detconf.sub"]
+if case == "touched":  # a file of the held modules changed since the server imported it
+    with open(os.path.join(root, "detconf", "sub.py"), "a") as f:
+        f.write("# changed\\n")
+first = [os.environ["OTHER"], root] if case == "shadowed" else [root]  # another detconf first on the path
+ws._Stash.hold()  # as a forked child starts
+held_out = not any(name == "detconf" or name.startswith("detconf.") for name in sys.modules)
+sys.path[:0] = first
+import detconf.sub
+print(json.dumps({"held_out": held_out, "same": sys.modules["detconf.sub"] is server_sub,
+                  "file": sys.modules["detconf.sub"].__file__, "ran": open(os.environ["RAN"]).read().split()}))
+"""
+
+
+def _package(folder: Path, name: str, body: str = "") -> Path:
+    """A ``detconf`` package whose modules note each run of their code in ``$RAN``."""
+    (folder / "detconf").mkdir(parents=True)
+    note = "import os\nwith open(os.environ['RAN'], 'a') as f:\n    f.write('{} ')\n"
+    (folder / "detconf" / "__init__.py").write_text(note.format(f"{name}-init"), encoding="utf-8")
+    (folder / "detconf" / "sub.py").write_text(note.format(f"{name}-sub") + body, encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("case", ["unchanged", "touched", "shadowed", "rebinds"])
+def test_a_child_takes_the_servers_repository_modules_back_only_where_a_fresh_import_finds_them(tmp_path, case):
+    """The server imports the repository's modules every run imports (warm_server.PROJECT) and a
+    forked child starts without them (nothing of the repository in ``sys.modules``); when its code
+    imports ``detconf``, it takes the server's modules back, their code not run again, only if
+    the finders would find that very package and none of their files changed since. A file
+    changed, or another ``detconf`` first on the path: the import runs as in a fresh interpreter.
+    Imports that rebind anything in a module loaded before them (which a child would see before
+    importing ``detconf``) make the server refuse to start, but for the effects it undoes and does
+    again in the child (warm_server._Effects: tests/test_strategies.py's constants test)."""
+    body = "import string\nstring.capwords = None\n" if case == "rebinds" else ""
+    root = _package(tmp_path / "checkout", "server", body)
+    other = _package(tmp_path / "other", "other")
+    ran = tmp_path / "ran.txt"
+    ran.write_text("")
+    env = {**os.environ, "SERVER_FILE": str(warm.SERVER), "RAN": str(ran), "OTHER": str(other)}
+    env.pop("DETCONF_TESTS_PROJECT", None)
+    out = subprocess.run([sys.executable, "-c", HELD, str(root), case], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.splitlines()[-1])
+    if case == "rebinds":
+        assert "changed string.capwords" in seen["refused"], seen
+        return
+    assert seen["held_out"] is True, seen
+    if case == "unchanged":
+        assert seen == {"held_out": True, "same": True, "file": str(root / "detconf" / "sub.py"),
+                        "ran": ["server-init", "server-sub"]}
+    elif case == "touched":
+        assert (seen["same"], seen["ran"]) == (False, ["server-init", "server-sub", "server-init", "server-sub"])
+    else:
+        assert seen["same"] is False and seen["file"] == str(other / "detconf" / "sub.py"), seen
+        assert seen["ran"] == ["server-init", "server-sub", "other-init", "other-sub"], seen
+
+
 def _warm_server_module():
     return load_script(warm.SERVER, "warm_server_under_test")
 

@@ -10,10 +10,16 @@ workers (:func:`_shared_folder`; ``DETCONF_TESTS_SHARED=0``: one per worker), ha
 the installed pytest plugins but xdist, and Inductor's answer about the CPU's vector instruction
 sets, which a first C++ compile works out), and forks a child that takes the command's folder,
 environment, standard streams and resource limits (file size, address space) and runs ``python -m
-pytest ARGS`` there. The suite, its plugin and every probe plugin a test adds are imported in the
-child, as in a fresh process (the repository's modules from code the server compiled from their
-unchanged files: no compiling them again in each child where no bytecode files are written); the
-child exits, is killed and writes files as its own process. It leaves as the interpreter does after ``SystemExit`` (threads waited for, ``atexit`` run, streams
+pytest ARGS`` there. The repository's modules every run imports (the plugin's, the harness's, the
+summary's: ``warm_server.PROJECT``) the server has imported too, and checked the repository's
+catalog files against their schemas; a child starts without them and takes them back when its
+code first imports ``detconf``, only if that import would find the same package with none of
+those files changed (else it imports them afresh: ``warm_server._Stash``), and what their import
+does to Hypothesis is done then, not before (``warm_server._Effects``). Every other module of
+the suite and every probe plugin a test adds are imported in the child, as in a fresh process
+(from code the server compiled from their unchanged files: no compiling them again in each child
+where no bytecode files are written); the child exits, is killed and writes files as its own
+process. It leaves as the interpreter does after ``SystemExit`` (threads waited for, ``atexit`` run, streams
 flushed) but skips the teardown of every module after that (0.3 s of each run on a 2-core machine):
 ``warm_server._exit``.
 

@@ -46,6 +46,7 @@ import signal
 import socket
 import struct
 import sys
+import types
 import warnings
 from importlib.machinery import PathFinder, SourceFileLoader, all_suffixes
 
@@ -98,6 +99,110 @@ def _exact(sock: socket.socket, size: int) -> bytes:
     return data
 
 
+class _Stash:
+    """The repository's modules the server imported (:data:`PROJECT`), out of a child's
+    ``sys.modules`` until its code first imports ``detconf``, as a fresh interpreter would then
+    import them. First in ``sys.meta_path``: if the finders after it (the path the child has then,
+    pytest's rewriting hook, ...) would find the server's ``detconf`` package, loaded as a plain
+    source file, and no file of those modules changed since, the import takes them all back as
+    they are; else they are dropped and the import goes on as in a fresh interpreter."""
+
+    modules: dict = {}  # name -> module
+    stamps: dict = {}  # file -> (mtime in ns, size) when the server imported it
+    origin: str | None = None  # the file of the server's detconf package
+
+    @classmethod
+    def hold(cls) -> None:
+        """In a new child: the modules out of ``sys.modules``, this finder first."""
+        for name in cls.modules:
+            sys.modules.pop(name, None)
+        if cls.modules and cls not in sys.meta_path:
+            sys.meta_path.insert(0, cls)
+
+    @classmethod
+    def _same(cls) -> bool:
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find("detconf", None, None) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return False
+        if spec.origin != cls.origin or type(spec.loader) not in (SourceFileLoader, PrecompiledLoader):
+            return False
+        try:
+            return all(_stamp(path) == stamp for path, stamp in cls.stamps.items())
+        except OSError:
+            return False
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname != "detconf":
+            return None
+        sys.meta_path.remove(cls)
+        modules, cls.modules = cls.modules, {}
+        if not cls._same():
+            return None  # imported afresh, from wherever this process finds it
+        _Effects.redo(modules)
+        package = modules.pop("detconf")
+        sys.modules.update(modules)
+        for waiting in [f for f in sys.meta_path if isinstance(f, _AfterImport) and f.name in modules]:
+            sys.meta_path.remove(waiting)  # a module this child patches once imported: taken back, so now
+            waiting.then(modules[waiting.name])
+        spec = package.__spec__
+        spec.loader = _Held(package, spec.loader)
+        return spec
+
+
+class _Effects:
+    """What the imports of :data:`PROJECT` do to other libraries, undone in the server (a child's
+    code sees those libraries as a fresh interpreter has them until it imports ``detconf``) and
+    done again as a child takes the modules back (:class:`_Stash`): ``detconf.conformance.profiles``
+    registers the suite's Hypothesis profiles and turns off Hypothesis's local constants.
+    ``_preload_project`` refuses a server whose imports rebound anything else in a module loaded
+    before them."""
+
+    def __init__(self):
+        self.profiles = self.constants = None
+        if "hypothesis" in sys.modules:
+            from hypothesis import settings
+
+            self.profiles = dict(settings._profiles)
+        providers = sys.modules.get("hypothesis.internal.conjecture.providers")
+        if providers is not None:
+            self.constants = getattr(providers, "_get_local_constants", None)
+
+    def undo(self, modules: dict) -> None:
+        if self.profiles is not None:
+            from hypothesis import settings
+
+            settings._profiles.clear()
+            settings._profiles.update(self.profiles)
+        providers = sys.modules.get("hypothesis.internal.conjecture.providers")
+        if providers is not None and self.constants is not None:
+            providers._get_local_constants = self.constants
+
+    @staticmethod
+    def redo(modules: dict) -> None:
+        profiles = modules.get("detconf.conformance.profiles")
+        if profiles is not None:
+            profiles.register()
+            profiles.without_local_constants()
+
+
+class _Held:
+    """The loader that gives the import system the server's ``detconf`` module as it is."""
+
+    def __init__(self, module, loader):
+        self.module, self.loader = module, loader
+
+    def create_module(self, spec):
+        return self.module
+
+    def exec_module(self, module):
+        module.__spec__.loader = self.loader  # the package's own loader again, as it was
+
+
 class _Sought:
     """A finder that finds nothing and notes every top-level name an import looked for, found or
     not (torch tries optional modules): a folder on a command's ``PYTHONPATH`` holding one of those
@@ -115,6 +220,13 @@ class _Sought:
 #: from Python 3.11 on).
 SAFE_PATH = bool(getattr(sys.flags, "safe_path", False))
 
+#: What ``python -m pytest`` imports as it starts, beyond ``pytest`` itself: its built-in
+#: plugins (the names of one pytest release or another), the reader of ``pyproject.toml`` and the
+#: debugger its ``--pdb`` plugin imports (about 10 ms of each forked run on the 2-core sandbox).
+PYTEST_START = ("_pytest.faulthandler", "_pytest.helpconfig", "_pytest.pastebin", "_pytest.setuponly",
+                "_pytest.setupplan", "_pytest.skipping", "_pytest.threadexception", "_pytest.tracemalloc",
+                "_pytest.unittest", "_pytest.unraisableexception", "_pytest.warnings", "tomllib", "pdb")
+
 #: What each flavour imports before it listens.
 PRELOAD = {
     # pandas and pyarrow: a run that summarises its rows in its own process (no standby builder,
@@ -130,7 +242,7 @@ PRELOAD = {
     "pytest": ("numpy", "torch", "torch._inductor.config", "hypothesis", "pytest", "pandas", "pyarrow",
                "pyarrow.compute", "pyarrow.json", "matplotlib", "matplotlib.figure", "matplotlib.colors",
                "matplotlib.lines", "matplotlib.patches", "matplotlib.backends.backend_agg", "jsonschema",
-               "jsonschema.exceptions", "jinja2", "markupsafe", "tabulate"),
+               "jsonschema.exceptions", "jinja2", "markupsafe", "tabulate", *PYTEST_START),
     # The reports: and the matplotlib modules reports.picture imports when it draws a matrix
     # (about 0.6 s of CPU a build on the 2-core sandbox).
     "reports": ("numpy", "pandas", "pyarrow", "pyarrow.compute", "pyarrow.json", "matplotlib", "matplotlib.figure",
@@ -140,9 +252,26 @@ PRELOAD = {
 }
 
 
+#: The repository's modules every run of a flavour imports at its start (the plugin's, the
+#: harness's, the terminal summary's; the reports' commands'), by the modules that import the rest:
+#: imported here from the checkout, then held back from each child until its own code imports
+#: ``detconf`` and would find this very package, unchanged (:class:`_Stash`). A one-case run took
+#: 47 ms less of CPU so on the 2-core sandbox (272 -> 225 ms).
+PROJECT = {
+    "pytest": ("detconf.plugin.configure", "detconf.plugin.fixtures", "detconf.plugin.freeze",
+               "detconf.plugin.header", "detconf.plugin.options", "detconf.plugin.plan",
+               "detconf.plugin.validation", "detconf.plugin.results", "detconf.conformance.harness",
+               "detconf.conformance.registry", "detconf.reports.standby", "detconf.reports.summary"),
+    "reports": ("detconf.cli", "detconf.reports.safe", "detconf.reports.output", "detconf.reports.build",
+                "detconf.reports.planned", "detconf.reports.summary", "detconf.reports.records",
+                "detconf.reports.diff"),
+    "isolated": (),
+}
+
+
 #: Of those, the ones a run may lack (``requirements-base.txt`` names them, a GPU machine's image
 #: may not have them yet): left out of the preload when they cannot be imported.
-OPTIONAL = ("jsonschema", "jsonschema.exceptions", "jinja2", "markupsafe", "tabulate")
+OPTIONAL = ("jsonschema", "jsonschema.exceptions", "jinja2", "markupsafe", "tabulate", *PYTEST_START)
 
 #: Plugin packages left to the child: ``xdist.plugin`` copies ``sys.path`` when it is imported and
 #: gives that copy to the workers it starts, who would then lack the child's ``PYTHONPATH``.
@@ -260,7 +389,7 @@ class PrecompiledFinder:
         sys.meta_path.insert(where, self)
 
 
-def _preload(flavour: str, names: tuple[str, ...] = ()) -> tuple[list, list[str]]:
+def _preload(flavour: str, names: tuple[str, ...] = (), finder: "PrecompiledFinder | None" = None) -> tuple[list, list[str]]:
     """Import what every inner run of ``flavour`` imports; return the warning filters a fresh
     interpreter has where the child's own code starts, and the interpreter's ``sys.path``. The
     ``pytest`` flavour imports as the plugin does (the collector paused, what the imports made
@@ -294,6 +423,7 @@ def _preload(flavour: str, names: tuple[str, ...] = ()) -> tuple[list, list[str]
             path = list(sys.path)
             _vector_isas()
             sys.path[:] = path  # the compiler's imports add setuptools' vendored folder; a child starts without
+        _preload_project(flavour, finder)
     finally:
         if pausing:
             gc.freeze()
@@ -301,6 +431,8 @@ def _preload(flavour: str, names: tuple[str, ...] = ()) -> tuple[list, list[str]
         sys.meta_path.remove(_Sought)
     _detach_finalizers()
     _Sought.names.update(name.split(".")[0] for name in sys.modules)
+    if _Stash.modules:  # found where each child's own import finds it (_Stash): no name whose folder makes a run cold
+        _Sought.names.discard("detconf")
     early = sorted(name for name in sys.modules if name.split(".")[0] in NOT_PRELOADED)
     if early:
         raise SystemExit(f"tests/warm_server.py: the preload imported {', '.join(early)}, which must load in the child")
@@ -321,6 +453,77 @@ def _preload(flavour: str, names: tuple[str, ...] = ()) -> tuple[list, list[str]
     # this file's folder comes first, unless -I kept it off (Python 3.11 on: -I implies -P)
     base = [p for p in sys.path[0 if SAFE_PATH else 1:] if p not in own]
     return filters, base
+
+
+def _preload_project(flavour: str, finder: "PrecompiledFinder | None", root: str | None = None,
+                     roots: tuple[str, ...] | None = None) -> None:
+    """Import the repository's modules of :data:`PROJECT` from the checkout (``root``), with the
+    code ``finder`` compiled (as a child would), for :class:`_Stash`. Not where ``detconf`` is
+    already imported (an installed plugin's), nor where ``DETCONF_TESTS_PROJECT=0``; a server whose
+    imports of them warn refuses to start."""
+    roots = PROJECT[flavour] if roots is None else roots
+    if not roots or "detconf" in sys.modules or os.environ.get("DETCONF_TESTS_PROJECT") == "0":
+        return
+    import importlib
+
+    root = root or ROOT
+    before = {name: dict(module.__dict__) for name, module in list(sys.modules.items())
+              if isinstance(getattr(module, "__dict__", None), dict)}
+    filters = list(warnings.filters)
+    effects = _Effects()
+    had_torch = "torch" in sys.modules
+    sys.path.insert(0, root)
+    if finder is not None:
+        finder.install()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for name in roots:
+                importlib.import_module(name)
+    finally:
+        sys.path.remove(root)
+        if finder is not None:
+            sys.meta_path.remove(finder)
+    if caught:
+        raise SystemExit(f"tests/warm_server.py: importing the repository's modules warned: {caught[0].message}")
+    if not had_torch and "torch" in sys.modules:
+        raise SystemExit(f"tests/warm_server.py: the {flavour} server's imports of the repository's modules imported torch")
+    modules = {name: module for name, module in sys.modules.items()
+               if name not in before and (name == "detconf" or name.startswith("detconf."))}
+    effects.undo(modules)
+    changed = [f"{name}.{key}" for name, old in before.items()
+               for key, value in getattr(sys.modules.get(name), "__dict__", {}).items()
+               if key in old and old[key] is not value and not isinstance(value, types.ModuleType)]
+    if changed or warnings.filters != filters:
+        raise SystemExit("tests/warm_server.py: importing the repository's modules changed "
+                         f"{', '.join(changed[:3]) or 'the warning filters'}, which a child would see before it "
+                         "imports them: undo it in _Effects")
+    files = [getattr(module, "__file__", None) for module in modules.values()] + _checked_data(modules)
+    _Stash.modules = modules
+    _Stash.stamps = {path: _stamp(path) for path in files if path}
+    _Stash.origin = modules["detconf"].__file__
+
+
+def _checked_data(modules: dict) -> list[str]:
+    """The repository's catalog files and known findings, checked against their schemas as every
+    suite run's start checks them (``conformance.datafiles``: each text once a process, about 25
+    ms of a run's CPU on the 2-core sandbox); the files read, schemas too (a child takes the
+    checked texts back only while none of them changed: :class:`_Stash`)."""
+    datafiles = modules.get("detconf.conformance.datafiles")
+    catalog = modules.get("detconf.conformance.catalog")
+    findings = modules.get("detconf.conformance.findings")
+    if datafiles is None or catalog is None or findings is None:
+        return []
+    read = [(catalog.data_file(source), "catalog-entries", "catalog entry") for source in catalog.DATA_FILES]
+    read.append((findings.FINDINGS_FILE, "known-findings", "known finding"))
+    files = []
+    for path, schema, item in read:
+        try:
+            datafiles.read_json(path, schema, item=item)
+        except Exception:  # noqa: BLE001 - a file that does not pass: each run says so, as it would
+            continue
+        files += [str(path), str(datafiles.SCHEMAS / f"{schema}.schema.json")]
+    return files
 
 
 def _detach_finalizers() -> None:
@@ -381,6 +584,7 @@ def _fresh(request: dict, fds: list[int], filters: list, finder: PrecompiledFind
     warnings._filters_mutated()
     if finder is not None and finder not in sys.meta_path:
         finder.install()
+    _Stash.hold()
     for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -1113,12 +1317,12 @@ def _alive(pid: int) -> bool:
 
 def main(path: str, flavour: str, names: tuple[str, ...] = ()) -> None:
     watch = os.environ.pop(WATCH, None)
-    filters, base = _preload(flavour, names)
-    # The suite's runs and the reports commands import the repository's modules in the child: from
-    # code compiled here once (the plugin's 61 modules took 0.40-0.65 s to import from source,
-    # 0.19-0.24 s from bytecode, after torch, on the 2-core sandbox). Not for -I scripts, which
-    # import none.
+    # The suite's runs and the reports commands import the repository's modules: from code
+    # compiled here once (the plugin's 61 modules took 0.40-0.65 s to import from source, 0.19-0.24
+    # s from bytecode, after torch, on the 2-core sandbox), those of PROJECT here (held for each
+    # child: _Stash), the rest in the child. Not for -I scripts, which import none.
     finder = PrecompiledFinder(compile_sources(repository_packages())) if flavour != "isolated" else None
+    filters, base = _preload(flavour, names, finder)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with open(path + ".names", "w", encoding="utf-8") as f:
         json.dump(sorted(_Sought.names), f)
