@@ -266,14 +266,11 @@ def _outputs(value) -> list:
 
 
 def _bytes_equal(a, b) -> bool:
-    """The same shape, dtype and bytes (read from unit-stride copies: ``contiguous()`` keeps the
-    stride of a size-1 dimension, which a byte view refuses)."""
-    import torch
+    """The same shape, dtype and bytes (``engine.fingerprint.tensor_bytes``, whatever the strides:
+    ``contiguous()`` keeps the stride of a size-1 dimension, which a byte view refuses)."""
+    from detconf.engine.fingerprint import tensor_bytes
 
-    from detconf.engine.fingerprint import flat_host_copy
-
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(
-        flat_host_copy(a).view(torch.uint8), flat_host_copy(b).view(torch.uint8))
+    return a.shape == b.shape and a.dtype == b.dtype and tensor_bytes(a) == tensor_bytes(b)
 
 
 @contextlib.contextmanager
