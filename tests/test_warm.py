@@ -93,7 +93,7 @@ def test_a_forked_run_answers_as_a_fresh_interpreter_and_sees_the_same_process(t
 
 
 HELD = """
-import importlib, json, os, string, sys
+import json, os, string, sys  # string: loaded before the server's imports, which "rebinds" changes
 sys.path.insert(0, os.path.dirname(os.environ["SERVER_FILE"]))
 import warm_server as ws
 root, case = sys.argv[1], sys.argv[2]
@@ -125,7 +125,7 @@ def _package(folder: Path, name: str, body: str = "") -> Path:
     return folder
 
 
-@pytest.mark.parametrize("case", ["unchanged", "touched", "shadowed", "rebinds"])
+@pytest.mark.parametrize("case", ["unchanged", "touched", "shadowed", "rebinds", "rebinds-equal"])
 def test_a_child_takes_the_servers_repository_modules_back_only_where_a_fresh_import_finds_them(tmp_path, case):
     """The server imports the repository's modules every run imports (warm_server.PROJECT) and a
     forked child starts without them (nothing of the repository in ``sys.modules``); when its code
@@ -133,9 +133,13 @@ def test_a_child_takes_the_servers_repository_modules_back_only_where_a_fresh_im
     the finders would find that very package and none of their files changed since. A file
     changed, or another ``detconf`` first on the path: the import runs as in a fresh interpreter.
     Imports that rebind anything in a module loaded before them (which a child would see before
-    importing ``detconf``) make the server refuse to start, but for the effects it undoes and does
-    again in the child (warm_server._Effects: tests/test_strategies.py's constants test)."""
-    body = "import string\nstring.capwords = None\n" if case == "rebinds" else ""
+    importing ``detconf``; not an equal plain value given again) make the server refuse to start,
+    but for the effects it undoes and does again in the child (warm_server._Effects:
+    tests/test_strategies.py's constants test)."""
+    body = {"rebinds": "import string\nstring.capwords = None\n",  # another value: refused
+            # an equal plain value given again (as time.tzset() gives time.tzname): nothing to see
+            "rebinds-equal": "import string\nstring.whitespace = string.whitespace[:1] + string.whitespace[1:]\n"
+            }.get(case, "")
     root = _package(tmp_path / "checkout", "server", body)
     other = _package(tmp_path / "other", "other")
     ran = tmp_path / "ran.txt"
@@ -150,7 +154,7 @@ def test_a_child_takes_the_servers_repository_modules_back_only_where_a_fresh_im
         assert "changed string.capwords" in seen["refused"], seen
         return
     assert seen["held_out"] is True, seen
-    if case == "unchanged":
+    if case in ("unchanged", "rebinds-equal"):
         assert seen == {"held_out": True, "same": True, "file": str(root / "detconf" / "sub.py"),
                         "ran": ["server-init", "server-sub"]}
     elif case == "touched":
@@ -158,6 +162,26 @@ def test_a_child_takes_the_servers_repository_modules_back_only_where_a_fresh_im
     else:
         assert seen["same"] is False and seen["file"] == str(other / "detconf" / "sub.py"), seen
         assert seen["ran"] == ["server-init", "server-sub", "other-init", "other-sub"], seen
+
+
+def test_the_pytest_server_checks_the_repositorys_data_files_once_for_every_child(tmp_path):
+    """The pytest server reads the catalog files and the known findings as a run's start does
+    (each text checked against its schema, then remembered: ``datafiles._PASSED``), and a child
+    takes those texts back only while none of them, nor a schema, changed: their files are
+    among those it checks (warm_server._Stash)."""
+    code = ("import json, sys\n"
+            f"sys.path.insert(0, {str(warm.SERVER.parent)!r})\n"
+            "import torch, hypothesis, warm_server as ws\n"
+            "ws._preload_project('pytest', None)\n"
+            "d, c, f = (sys.modules['detconf.conformance.' + n] for n in ('datafiles', 'catalog', 'findings'))\n"
+            "texts = {t for _, t in d._PASSED}\n"
+            "files = [c.data_file(s) for s in c.DATA_FILES] + [f.FINDINGS_FILE]\n"
+            "print(json.dumps([all(p.read_text() in texts for p in files), len(d._PASSED) == len(files),\n"
+            "                  all(str(p) in ws._Stash.stamps for p in files + list(d.SCHEMAS.glob('*.json')))]))\n")
+    env = {k: v for k, v in os.environ.items() if k != "DETCONF_TESTS_PROJECT"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-1] == "[true, true, true]", out.stdout
 
 
 def _warm_server_module():

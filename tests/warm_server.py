@@ -172,7 +172,7 @@ class _Effects:
         if providers is not None:
             self.constants = getattr(providers, "_get_local_constants", None)
 
-    def undo(self, modules: dict) -> None:
+    def undo(self) -> None:
         if self.profiles is not None:
             from hypothesis import settings
 
@@ -261,7 +261,8 @@ PROJECT = {
     "pytest": ("detconf.plugin.configure", "detconf.plugin.fixtures", "detconf.plugin.freeze",
                "detconf.plugin.header", "detconf.plugin.options", "detconf.plugin.plan",
                "detconf.plugin.validation", "detconf.plugin.results", "detconf.conformance.harness",
-               "detconf.conformance.registry", "detconf.reports.standby", "detconf.reports.summary"),
+               "detconf.conformance.registry", "detconf.conformance.catalog", "detconf.conformance.findings",
+               "detconf.conformance.datafiles", "detconf.reports.standby", "detconf.reports.summary"),
     "reports": ("detconf.cli", "detconf.reports.safe", "detconf.reports.output", "detconf.reports.build",
                 "detconf.reports.planned", "detconf.reports.summary", "detconf.reports.records",
                 "detconf.reports.diff"),
@@ -490,10 +491,10 @@ def _preload_project(flavour: str, finder: "PrecompiledFinder | None", root: str
         raise SystemExit(f"tests/warm_server.py: the {flavour} server's imports of the repository's modules imported torch")
     modules = {name: module for name, module in sys.modules.items()
                if name not in before and (name == "detconf" or name.startswith("detconf."))}
-    effects.undo(modules)
+    effects.undo()
     changed = [f"{name}.{key}" for name, old in before.items()
                for key, value in getattr(sys.modules.get(name), "__dict__", {}).items()
-               if key in old and old[key] is not value and not isinstance(value, types.ModuleType)]
+               if key in old and _rebound(old[key], value)]
     if changed or warnings.filters != filters:
         raise SystemExit("tests/warm_server.py: importing the repository's modules changed "
                          f"{', '.join(changed[:3]) or 'the warning filters'}, which a child would see before it "
@@ -504,25 +505,43 @@ def _preload_project(flavour: str, finder: "PrecompiledFinder | None", root: str
     _Stash.origin = modules["detconf"].__file__
 
 
+#: Values a module may be given again, equal, without anyone seeing a difference (``time.tzset()``
+#: makes ``time.tzname`` a new tuple of the same names).
+_PLAIN = (str, bytes, int, float, bool, type(None), tuple, frozenset)
+
+
+def _rebound(old, new) -> bool:
+    """Whether a module's attribute now holds something else: another object, but a module (a
+    submodule imported since) or an equal plain value."""
+    if old is new or isinstance(new, types.ModuleType):
+        return False
+    if type(old) is type(new) and isinstance(new, _PLAIN):
+        try:
+            return bool(old != new)
+        except Exception:  # noqa: BLE001 - a tuple of things that do not compare: another value
+            return True
+    return True
+
+
 def _checked_data(modules: dict) -> list[str]:
-    """The repository's catalog files and known findings, checked against their schemas as every
-    suite run's start checks them (``conformance.datafiles``: each text once a process, about 25
-    ms of a run's CPU on the 2-core sandbox); the files read, schemas too (a child takes the
-    checked texts back only while none of them changed: :class:`_Stash`)."""
+    """The repository's catalog files and known findings, read as every suite run's start reads
+    them, which checks each text against its schema once a process (``conformance.datafiles``:
+    about 25 ms of a run's CPU on the 2-core sandbox); the files a child's taking the checked
+    texts back depends on: those read, and the schemas (:class:`_Stash`)."""
     datafiles = modules.get("detconf.conformance.datafiles")
     catalog = modules.get("detconf.conformance.catalog")
     findings = modules.get("detconf.conformance.findings")
     if datafiles is None or catalog is None or findings is None:
         return []
-    read = [(catalog.data_file(source), "catalog-entries", "catalog entry") for source in catalog.DATA_FILES]
-    read.append((findings.FINDINGS_FILE, "known-findings", "known finding"))
-    files = []
-    for path, schema, item in read:
+    files = [str(path) for path in sorted(datafiles.SCHEMAS.glob("*.json"))]
+    reads = [(catalog.data_file(source), lambda path, source=source: catalog.read_entries_file(path, source=source))
+             for source in catalog.DATA_FILES]
+    for path, read in reads + [(findings.FINDINGS_FILE, findings.load_findings)]:
         try:
-            datafiles.read_json(path, schema, item=item)
+            read(path)
         except Exception:  # noqa: BLE001 - a file that does not pass: each run says so, as it would
             continue
-        files += [str(path), str(datafiles.SCHEMAS / f"{schema}.schema.json")]
+        files.append(str(path))
     return files
 
 
