@@ -184,6 +184,51 @@ def test_the_pytest_server_checks_the_repositorys_data_files_once_for_every_chil
     assert out.stdout.splitlines()[-1] == "[true, true, true]", out.stdout
 
 
+HYPOTHESIS_STATE = """
+def state():
+    from hypothesis import settings
+    from hypothesis._settings import default_variable
+    name = settings._current_profile
+    return [name, repr(settings()), sorted(settings._profiles), default_variable.value == settings._profiles.get(name)]
+"""
+
+
+def test_under_a_ci_variable_the_child_takes_the_suites_profiles_back_as_a_fresh_import_registers_them(tmp_path):
+    """Where a CI service's variable is set, Hypothesis puts its own ``ci`` profile in force at
+    import, and registering the suite's ``ci`` puts that one in force at once. The server undoes
+    that too (warm_server._Effects): until a child imports ``detconf`` it has a fresh
+    interpreter's Hypothesis settings, and taking the modules back registers the profiles
+    without a warning ("Cannot register a settings profile when the current settings differ"),
+    to the settings a fresh import gives. Each child command printed that warning in a CI run."""
+    env = {k: v for k, v in os.environ.items() if k != "DETCONF_TESTS_PROJECT"}
+    env["CI"] = "true"
+    server = ("import json, sys, warnings\n"
+              f"sys.path.insert(0, {str(warm.SERVER.parent)!r})\n"
+              "import torch, hypothesis, warm_server as ws\n" + HYPOTHESIS_STATE +
+              "before = state()\n"
+              "ws._preload_project('pytest', None)\n"
+              "held = state()\n"
+              "with warnings.catch_warnings(record=True) as caught:\n"
+              "    warnings.simplefilter('always')\n"
+              "    ws._Effects.redo(ws._Stash.modules)\n"
+              "print(json.dumps([before, held, state(), [str(w.message) for w in caught]]))\n")
+    fresh = ("import json, warnings\n" + HYPOTHESIS_STATE +
+             "warnings.simplefilter('always')\n"
+             "import detconf.conformance.profiles\n"
+             "print(json.dumps(state()))\n")
+    seen = []
+    for code in (server, fresh):
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        seen.append(json.loads(out.stdout.splitlines()[-1]))
+    (before, held, taken_back, warned), imported = seen
+    assert before[0] == "ci" and before[3] is True, before
+    assert held == before, "the server's Hypothesis is not a fresh interpreter's"
+    assert warned == [] and taken_back == imported, (warned, taken_back, imported)
+    assert taken_back[0] == "ci" and "max_examples=6" in taken_back[1], taken_back
+
+
 def _warm_server_module():
     return load_script(warm.SERVER, "warm_server_under_test")
 

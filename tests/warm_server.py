@@ -159,18 +159,29 @@ class _Effects:
     code sees those libraries as a fresh interpreter has them until it imports ``detconf``) and
     done again as a child takes the modules back (:class:`_Stash`): ``detconf.conformance.profiles``
     registers the suite's Hypothesis profiles and turns off Hypothesis's local constants.
+    Registering a profile under the name of the one in force (``ci``, which Hypothesis loads at
+    import where a CI service's variable is set) puts it in force at once: the settings in force
+    and the profile's name are put back too, else the child's registration would find settings
+    in force that differ from their profile's, and Hypothesis would warn.
     ``_preload_project`` refuses a server whose imports rebound anything else in a module loaded
     before them."""
 
     def __init__(self):
-        self.profiles = self.constants = None
+        self.profiles = self.constants = self.state = None
         if "hypothesis" in sys.modules:
             from hypothesis import settings
 
             self.profiles = dict(settings._profiles)
+            variable = self._in_force()
+            self.state = (settings._current_profile, variable, getattr(variable, "value", None))
         providers = sys.modules.get("hypothesis.internal.conjecture.providers")
         if providers is not None:
             self.constants = getattr(providers, "_get_local_constants", None)
+
+    @staticmethod
+    def _in_force():
+        """Hypothesis's variable holding the settings in force (None where it has none)."""
+        return getattr(sys.modules.get("hypothesis._settings"), "default_variable", None)
 
     def undo(self) -> None:
         if self.profiles is not None:
@@ -178,6 +189,9 @@ class _Effects:
 
             settings._profiles.clear()
             settings._profiles.update(self.profiles)
+            settings._current_profile, variable, value = self.state
+            if variable is not None:
+                variable.value = value
         providers = sys.modules.get("hypothesis.internal.conjecture.providers")
         if providers is not None and self.constants is not None:
             providers._get_local_constants = self.constants
