@@ -412,6 +412,60 @@ def _in_ci(env: dict) -> bool:
     return any(key in env and (value is None or env[key] == value) for key, value in _ci_vars().items())
 
 
+def test_the_inductor_cache_folder_torch_names_itself_is_no_other_environment():
+    """Inductor names its default cache folder in ``TORCHINDUCTOR_CACHE_DIR`` in its process's
+    environment when it first asks for it: an inner run started afterwards has the folder named,
+    which is the folder it would take unnamed, and shares the server started before. Another
+    folder is another environment. The default is torch's own, asked where this torch has the
+    function."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # torch 2.5: in runtime_utils
+        from torch._inductor.runtime.runtime_utils import default_cache_dir
+    env = {k: v for k, v in warm.base_env().items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    named = {**env, "TORCHINDUCTOR_CACHE_DIR": os.path.abspath(default_cache_dir())}
+    assert warm._inductor_default_cache(env) == named["TORCHINDUCTOR_CACHE_DIR"]
+    assert warm._fingerprint(named) == warm._fingerprint(env)
+    for other in ({}, {"TMPDIR": "/somewhere/else"}, {"USER": "someone-else", "LOGNAME": "someone-else"}):
+        # another folder; this folder where another temporary folder or user has another default
+        unnamed = {**env, **other}
+        folder = "/elsewhere" if not other else named["TORCHINDUCTOR_CACHE_DIR"]
+        assert warm._fingerprint({**unnamed, "TORCHINDUCTOR_CACHE_DIR": folder}) != warm._fingerprint(unnamed), other
+
+
+def test_a_variable_inductor_writes_before_it_reads_it_is_no_other_environment():
+    """Inductor writes the address of one of its objects into ``_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR``
+    before it loads a compiled kernel, whose initialisation reads it: a test process's first
+    compile leaves it in its environment, and the inner runs it starts afterwards are no other
+    environment (they started a second ``pytest`` and ``reports`` server a run), nor are the
+    processes a forked run starts. Checked against
+    this torch: Inductor's Python writes the variable first thing where it loads a kernel and
+    nowhere reads it."""
+    import ast
+    import inspect
+
+    import torch._inductor.codecache as codecache
+
+    [name] = warm.WRITTEN_BEFORE_READ
+    tree = ast.parse(inspect.getsource(codecache))
+    writers = [fn for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and any(isinstance(n, ast.Assign) and name in ast.unparse(n.targets[0]) for n in ast.walk(fn))]
+    for fn in writers:  # none in a torch without the variable
+        first = fn.body[0]
+        assert isinstance(first, ast.Assign) and name in ast.unparse(first.targets[0]), (fn.name, ast.unparse(first))
+    if name in inspect.getsource(codecache):
+        assert writers, "this torch names the variable and writes it nowhere"
+    folder = Path(codecache.__file__).parent
+    readers = [p for p in folder.rglob("*.py") if name in p.read_text(encoding="utf-8") and p.name != "codecache.py"]
+    assert not readers, readers
+    env = {k: v for k, v in warm.base_env().items() if k != name}
+    assert warm._fingerprint({**env, name: "139845777935392"}) == warm._fingerprint(env)
+    # nor for the processes a forked run starts (detconf.child's, xdist's workers): their server's
+    # environment is the one it started with, before the test process's first compile
+    assert warm.warm_server.changed({**env, name: "139845777935392"}, env, warm.IMPORT_TIME) == []
+    assert warm._fingerprint({**env, "_TORCHINDUCTOR_OTHER": "1"}) != warm._fingerprint(env)  # any other is read
+
+
 @pytest.mark.skipif(os.environ.get("DETCONF_TESTS_COLD") == "1", reason="every inner run is cold here")
 def test_a_python_c_line_forked_sees_what_a_fresh_one_sees_and_a_ci_variable_runs_it_cold(tmp_path):
     """``python -c CODE ARGS`` forked from the ``pytest`` server: its argv, ``sys.path[0]``, folder,

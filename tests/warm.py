@@ -77,6 +77,7 @@ import importlib.machinery
 import json
 import locale
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -111,8 +112,36 @@ _refused: dict[tuple, str] = {}
 stats = {"warm": 0, "cold": 0}
 
 
+#: Of those, the ones a process writes before it reads them (an address of Inductor's): no other
+#: environment, whatever their value.
+WRITTEN_BEFORE_READ = warm_server.WRITTEN_BEFORE_READ
+
+
 def _fingerprint(env: dict) -> tuple:
-    return tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME) and k != "PYTHONPATH"))
+    default = _inductor_default_cache(env)
+    return tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME) and k != "PYTHONPATH"
+                        and k not in WRITTEN_BEFORE_READ and not (k == "TORCHINDUCTOR_CACHE_DIR" and v == default)))
+
+
+def _inductor_default_cache(env: dict) -> str | None:
+    """The folder Inductor takes for its cache where ``TORCHINDUCTOR_CACHE_DIR`` is not set, for
+    a process with ``env`` (torch's ``default_cache_dir``: the temporary folder, then
+    ``torchinductor_`` and the user's name as ``getpass`` finds it, with ``\\/:*?"<>|`` made
+    ``_``). Inductor names that folder in its process's environment when it first asks for it
+    (importing its code cache does): the inner runs a test process starts afterwards have it
+    named, the same folder as unnamed, and no other server. None where ``env``'s temporary
+    folder is not this process's (not worked out here)."""
+    if any(env.get(k) != os.environ.get(k) for k in ("TMPDIR", "TEMP", "TMP")):
+        return None
+    user = next((env[k] for k in ("LOGNAME", "USER", "LNAME", "USERNAME") if env.get(k)), None)
+    if user is None:
+        try:
+            import pwd
+
+            user = pwd.getpwuid(os.getuid()).pw_name
+        except (ImportError, KeyError, OSError):
+            return None
+    return os.path.abspath(os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)))
 
 
 def base_env() -> dict:
