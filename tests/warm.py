@@ -56,6 +56,8 @@ A command runs cold (``subprocess.run``, exactly as given) when:
   happens while torch or Dynamo is imported, or the interpreter's start;
 - its environment differs from the server's in a variable read while those modules are imported
   or the interpreter starts (:data:`IMPORT_TIME`), e.g. ``OMP_NUM_THREADS`` or ``PYTHONHASHSEED``
+  (not in one a process writes before it reads it, :data:`WRITTEN_BEFORE_READ`, nor in an
+  Inductor cache folder that is the one Inductor takes unnamed)
   (``-I`` servers start with their scripts' environment: one per environment and list of imports,
   at most :data:`ISOLATED_SERVERS`);
 - a folder that comes first on its ``sys.path`` (the command's folder for ``-m``; for ``-I`` the
