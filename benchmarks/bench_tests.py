@@ -5,7 +5,9 @@ tests and the time per test file.
 
 Runs ``python -m pytest tests -n N -p no:cacheprovider -q --durations=0`` in a child process and
 prints the wall time, the CPU time of the child tree (processes left running at its end too), the
-load average before and after, the tests that failed or errored (pytest's short summary lines, and
+load average before and after, when the first test started and how long the run went on after the
+last one ended, and the machine's idle CPU time before, during and after the tests with the tests
+it idled longest beside (``benchmarks/timeline.py``, loaded into the run with ``-p``), the tests that failed or errored (pytest's short summary lines, and
 where pytest's whole output is kept then), the ``--slowest`` slowest test phases (setup, call, teardown: pytest's own ``--durations`` lines), the
 summed durations per test file, largest first, and the inner runs the tests made (``python -m
 pytest``, ``python -m detconf.reports``, ``python -I`` scripts): how many were forked from a warm
@@ -27,9 +29,11 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 
+import timeline  # the plugin the run loads as benchmarks.timeline (its figures read here)
 from bench_alert_tests import load, timed_tree  # this folder is the script's sys.path[0]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,10 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     env["DETCONF_TESTS_WARM_LOG"] = str(log)
     if args.cold:
         env["DETCONF_TESTS_COLD"] = "1"
+    events = log.parent / "timeline"
+    events.mkdir()
+    env[timeline.VARIABLE] = str(events)
     command = [sys.executable, "-m", "pytest", "tests", "-n", args.workers, "-p", "no:cacheprovider", "-q",
-               "--durations=0", "--durations-min=0", "-rfE", *extra]
+               "--durations=0", "--durations-min=0", "-rfE", "-p", "benchmarks.timeline", *extra]
     print(f"{os.cpu_count()} CPUs, load {load()}: {' '.join(command[1:])}", flush=True)
+    start, idle_start = time.time(), timeline.idle_seconds()
     wall, cpu, out, outlived = timed_tree(command, ROOT, env)
+    end, idle_end = start + wall, timeline.idle_seconds()
+    seen = timeline.figures(events, start, end, idle_start, idle_end)
     rows = [(float(m.group(1)), m.group(2), m.group(3)) for m in map(DURATION.match, out.stdout.splitlines()) if m]
     summary = next((line.strip("= ") for line in reversed(out.stdout.splitlines()) if " in " in line and "passed" in line),
                    out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr.strip()[-200:])
@@ -63,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if outlived:
         print(f"({outlived} processes outlived the run and were waited for, their CPU counted: the warm servers "
               "its workers share leave once it is over, and processes whose parents a test killed)")
+    print(*timeline_lines(seen), sep="\n")
     failing = [line for line in out.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
     if failing:
         kept = Path(tempfile.mkdtemp(prefix="bench-tests-output-")) / "pytest.txt"
@@ -130,6 +141,26 @@ def main(argv: list[str] | None = None) -> int:
     for name, runs in sorted(files.items(), key=lambda kv: -sum(r["seconds"] for r in kv[1]))[:args.slowest]:
         print(f"  {sum(r['seconds'] for r in runs):8.1f} s  {len(runs):4d} runs  {name}")
     return 0 if out.returncode == 0 else 1
+
+
+def timeline_lines(seen: dict) -> list[str]:
+    """The figures of :func:`timeline.figures` as the benchmark prints them."""
+    def s(value: float | None) -> str:
+        return "not measured" if value is None else f"{value:.1f} s"
+
+    lines = [f"timeline: the first test started {s(seen['first_test_s'])} after the run did, the run ended "
+             f"{s(seen['after_last_test_s'])} after the last test; each worker's last test ended at "
+             + (", ".join(f"{w} {t:.1f} s" for w, t in seen["worker_last_test_s"].items()) or "(none)")]
+    if seen["idle_s"] is None:
+        lines.append("idle CPU: not measured here (no /proc/stat)")
+    else:
+        lines.append(f"idle CPU: {seen['idle_s']:.1f} of {seen['core_s']:.1f} core-seconds "
+                     f"({100 * seen['idle_s'] / seen['core_s']:.1f} %): {s(seen['idle_before_tests_s'])} before the "
+                     f"first test, {s(seen['idle_during_tests_s'])} while tests ran, {s(seen['idle_after_tests_s'])} "
+                     "after the last")
+        lines += ["  the machine idled longest while these ran (idle, wall):"] + [
+            f"    {waited:6.2f} s {wall:7.2f} s  {name}" for name, wall, waited in seen["idlest"]]
+    return lines
 
 
 def warnings_summary(stdout: str) -> list[str]:

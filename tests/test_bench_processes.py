@@ -144,3 +144,88 @@ def test_the_cpu_of_a_process_the_command_left_running_is_counted(plant):
         assert got["outlived"] == 0 and got["cpu"] < 0.6
     else:
         assert got["outlived"] == 1 and got["cpu"] >= 0.6, got
+
+
+# --- benchmarks/timeline.py: bench_tests' start, end and idle figures --------------------------------
+
+timeline = load_script(ROOT / "benchmarks" / "timeline.py", "bench_timeline")
+
+
+def _events(folder: Path, worker: str, rows: list) -> None:
+    import json
+
+    (folder / f"{worker}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def test_the_figures_of_a_run_are_its_start_end_workers_and_idle_time(tmp_path):
+    """Two workers: the first test starts 7 s into the run, the last ends 3 s before it does; the
+    machine idled 2 s before the tests, 10 s while they ran (4 s of it beside ``t::wait``) and
+    1.5 s after. A test still open at the end (a crash) counts for no worker and no figure."""
+    _events(tmp_path, "main", [["configure", 100.0, "", 500.0], ["sessionfinish", 150.0, "", 513.0]])
+    _events(tmp_path, "gw0", [["configure", 101.0, "", 500.5], ["start", 107.0, "t::a", 502.0],
+                              ["finish", 110.0, "t::a", 503.0], ["start", 110.0, "t::wait", 503.0],
+                              ["finish", 114.0, "t::wait", 507.0]])
+    _events(tmp_path, "gw1", [["start", 108.0, "t::b", 502.5], ["finish", 147.0, "t::b", 512.0],
+                              ["start", 147.0, "t::crashed", 512.0]])
+    seen = timeline.figures(tmp_path, start=100.0, end=150.0, idle_start=500.0, idle_end=513.5, top=2)
+    assert seen["tests"] == 3
+    assert (seen["first_test_s"], seen["after_last_test_s"]) == (7.0, 3.0)
+    assert seen["worker_last_test_s"] == {"gw0": 14.0, "gw1": 47.0}
+    assert (seen["idle_s"], seen["idle_before_tests_s"], seen["idle_during_tests_s"], seen["idle_after_tests_s"]) == (
+        13.5, 2.0, 10.0, 1.5)
+    assert seen["idlest"] == [("t::b", 39.0, 9.5), ("t::wait", 4.0, 4.0)]
+    lines = bench_tests_lines(seen)
+    assert "the first test started 7.0 s after the run did, the run ended 3.0 s after the last test" in lines[0]
+    assert "gw0 14.0 s, gw1 47.0 s" in lines[0]
+    assert lines[1].startswith("idle CPU: 13.5 of ") and "2.0 s before the first test, 10.0 s while tests ran, " \
+        "1.5 s after the last" in lines[1]
+    # where /proc/stat is not there: every idle figure is "not measured", nothing made up
+    blind = timeline.figures(tmp_path, start=100.0, end=150.0)
+    assert blind["idle_s"] is None and blind["idle_before_tests_s"] is None and blind["idle_after_tests_s"] is None
+    assert bench_tests_lines(blind)[1] == "idle CPU: not measured here (no /proc/stat)"
+
+
+def bench_tests_lines(seen: dict) -> list[str]:
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # bench_tests imports its neighbours as a script does
+    try:
+        return load_script(ROOT / "benchmarks" / "bench_tests.py", "bench_tests_under_test").timeline_lines(seen)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_the_plugin_records_every_process_of_a_run_and_nothing_without_its_variable(tmp_path, workers):
+    """``-p benchmarks.timeline`` from the repository's root: a line per event, flushed, in a file
+    per process, each test's start and end in the process that ran it (an xdist controller, to
+    which the workers relay them, writes them no second time); without ``DETCONF_BENCH_TIMELINE``
+    it writes nothing."""
+    import json
+    import os
+    import sys
+
+    from tests import warm
+
+    (tmp_path / "test_two.py").write_text("def test_one():\n    pass\n\ndef test_two():\n    pass\n", encoding="utf-8")
+    events = tmp_path / "events"
+    events.mkdir()
+    command = [sys.executable, "-m", "pytest", str(tmp_path / "test_two.py"), "-q", "-p", "no:cacheprovider",
+               "-p", "benchmarks.timeline", "--rootdir", str(tmp_path), "-n", workers]
+    env = {**warm.base_env(), timeline.VARIABLE: str(events)}
+    out = warm.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    ran = events / ("main.jsonl" if workers == "0" else "gw0.jsonl")
+    rows = [json.loads(line) for line in ran.read_text(encoding="utf-8").splitlines()]
+    assert [r[0] for r in rows] == ["configure", "collected", "start", "finish", "start", "finish", "sessionfinish"]
+    if workers != "0":
+        controller = [json.loads(line)[0] for line in (events / "main.jsonl").read_text(encoding="utf-8").splitlines()]
+        assert "start" not in controller and "finish" not in controller and controller[0] == "configure", controller
+    assert [r[2].split("::")[-1] for r in rows if r[0] == "start"] == ["test_one", "test_two"]
+    assert all(a[1] <= b[1] for a, b in zip(rows, rows[1:]))  # in the order they happened
+    assert all((r[3] is None) == (not os.path.exists("/proc/stat")) for r in rows)
+    quiet = warm.run(command, cwd=ROOT, env={k: v for k, v in env.items() if k != timeline.VARIABLE},
+                     capture_output=True, text=True, timeout=120)
+    files = {p.name: p.read_text(encoding="utf-8") for p in events.iterdir()}
+    assert quiet.returncode == 0 and sorted(files) == sorted({"main.jsonl", ran.name})
+    assert len(files[ran.name].splitlines()) == len(rows)
