@@ -1,10 +1,11 @@
 """A pytest plugin for ``benchmarks/bench_tests.py``: when each process of a run (the controller,
 every xdist worker) configured, finished collecting and finished its session, and when each test
-started and ended (in the process that ran it: not again in the xdist controller), with the machine's idle CPU time at that moment (Linux's ``/proc/stat``: idle
-and I/O wait, in seconds summed over the CPUs; None elsewhere).
+started and ended (in the process that ran it: not again in the xdist controller), with the
+machine's idle CPU time at that moment (Linux's ``/proc/stat``: idle and I/O wait, in seconds
+summed over the CPUs; None elsewhere).
 
-Loaded with ``-p benchmarks.timeline`` from the repository's root (``bench_tests.py --timeline``);
-writes one JSON line per event, ``[kind, unix time, node id or "", idle seconds]``, into
+Loaded with ``-p benchmarks.timeline`` from the repository's root (``bench_tests.py`` loads it into
+every run it measures); writes one JSON line per event, ``[kind, unix time, node id or "", idle seconds]``, into
 ``$DETCONF_BENCH_TIMELINE/<worker or "main">.jsonl``, flushed as it goes. Without that variable
 it does nothing. :func:`figures` reads such a folder back."""
 from __future__ import annotations

@@ -4,6 +4,7 @@ of a trace and of accounting rows, and its one-line refusal; the whole run is me
 (docs/performance.md)."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -185,14 +186,19 @@ def test_the_figures_of_a_run_are_its_start_end_workers_and_idle_time(tmp_path):
     assert bench_tests_lines(blind)[1] == "idle CPU: not measured here (no /proc/stat)"
 
 
-def bench_tests_lines(seen: dict) -> list[str]:
+@functools.cache
+def _bench_tests():
     import sys
 
     sys.path.insert(0, str(ROOT / "benchmarks"))  # bench_tests imports its neighbours as a script does
     try:
-        return load_script(ROOT / "benchmarks" / "bench_tests.py", "bench_tests_under_test").timeline_lines(seen)
+        return load_script(ROOT / "benchmarks" / "bench_tests.py", "bench_tests_under_test")
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def bench_tests_lines(seen: dict) -> list[str]:
+    return _bench_tests().timeline_lines(seen)
 
 
 @pytest.mark.parametrize("workers", ["0", "1"])

@@ -446,7 +446,7 @@ def test_a_variable_inductor_writes_before_it_reads_it_is_no_other_environment()
 
     import torch._inductor.codecache as codecache
 
-    [name] = warm.WRITTEN_BEFORE_READ
+    [name] = warm.warm_server.WRITTEN_BEFORE_READ
     tree = ast.parse(inspect.getsource(codecache))
     writers = [fn for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
                and any(isinstance(n, ast.Assign) and name in ast.unparse(n.targets[0]) for n in ast.walk(fn))]

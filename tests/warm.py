@@ -56,7 +56,7 @@ A command runs cold (``subprocess.run``, exactly as given) when:
   happens while torch or Dynamo is imported, or the interpreter's start;
 - its environment differs from the server's in a variable read while those modules are imported
   or the interpreter starts (:data:`IMPORT_TIME`), e.g. ``OMP_NUM_THREADS`` or ``PYTHONHASHSEED``
-  (not in one a process writes before it reads it, :data:`WRITTEN_BEFORE_READ`, nor in an
+  (not in one a process writes before it reads it, ``warm_server.WRITTEN_BEFORE_READ``, nor in an
   Inductor cache folder that is the one Inductor takes unnamed)
   (``-I`` servers start with their scripts' environment: one per environment and list of imports,
   at most :data:`ISOLATED_SERVERS`);
@@ -114,15 +114,11 @@ _refused: dict[tuple, str] = {}
 stats = {"warm": 0, "cold": 0}
 
 
-#: Of those, the ones a process writes before it reads them (an address of Inductor's): no other
-#: environment, whatever their value.
-WRITTEN_BEFORE_READ = warm_server.WRITTEN_BEFORE_READ
-
-
 def _fingerprint(env: dict) -> tuple:
     default = _inductor_default_cache(env)
     return tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME) and k != "PYTHONPATH"
-                        and k not in WRITTEN_BEFORE_READ and not (k == "TORCHINDUCTOR_CACHE_DIR" and v == default)))
+                        and k not in warm_server.WRITTEN_BEFORE_READ
+                        and not (k == "TORCHINDUCTOR_CACHE_DIR" and v == default)))
 
 
 def _inductor_default_cache(env: dict) -> str | None:
