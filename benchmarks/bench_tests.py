@@ -37,6 +37,7 @@ import timeline  # the plugin the run loads as benchmarks.timeline (its figures 
 from bench_alert_tests import load, timed_tree  # this folder is the script's sys.path[0]
 
 ROOT = Path(__file__).resolve().parent.parent
+WEIGHTS = ROOT / "tests" / "module_seconds.json"  # tests/schedule.py WEIGHTS
 DURATION = re.compile(r"^(\d+\.\d+)s (setup|call|teardown)\s+(\S+)")
 
 
@@ -50,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cold", action="store_true", help="every inner pytest run in a fresh interpreter")
     p.add_argument("--inner-log", metavar="PATH", help="keep the inner runs' log there (a JSON line per run: "
                    "test, warm, why, flavour, seconds, command, cwd)")
+    p.add_argument("--write-weights", metavar="PATH", nargs="?", const=str(WEIGHTS),
+                   help="write the seconds per test file there (default: tests/module_seconds.json), the order in which "
+                   "tests/schedule.py hands the modules to xdist's workers; only after a run in which every test passed")
     args = p.parse_args(own)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     log = Path(tempfile.mkdtemp(prefix="bench-tests-")) / "inner.jsonl"
@@ -92,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     print("\nper test file (summed over the workers):")
     for name, seconds in sorted(per_file.items(), key=lambda kv: -kv[1]):
         print(f"  {seconds:8.1f} s  {name}")
+    if args.write_weights:
+        if out.returncode != 0 or failing:
+            print(f"\nnot written: {args.write_weights} (the run did not pass)")
+        else:
+            Path(args.write_weights).write_text(weights_json(per_file, command, wall, cpu), encoding="utf-8")
+            print(f"\nwritten: {args.write_weights} ({len(per_file)} test files)")
     inner = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.is_file() else []
     if args.inner_log and log.is_file():
         shutil.copyfile(log, args.inner_log)
@@ -141,6 +151,33 @@ def main(argv: list[str] | None = None) -> int:
     for name, runs in sorted(files.items(), key=lambda kv: -sum(r["seconds"] for r in kv[1]))[:args.slowest]:
         print(f"  {sum(r['seconds'] for r in runs):8.1f} s  {len(runs):4d} runs  {name}")
     return 0 if out.returncode == 0 else 1
+
+
+def weights_json(per_file: dict[str, float], command: list[str], wall: float, cpu: float) -> str:
+    """The seconds per test file as ``tests/schedule.py`` reads them (heaviest first), with the
+    command, machine and commit that measured them."""
+    import platform
+    import subprocess
+
+    commit = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=ROOT, capture_output=True, text=True)
+    measured = {
+        "command": "python benchmarks/bench_tests.py " + " ".join(command[command.index("-n"):command.index("-n") + 2]),
+        "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}, torch {_torch()}",
+        "commit": commit.stdout.strip() if commit.returncode == 0 else None,
+        "date": time.strftime("%Y-%m-%d"),
+        "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+    }
+    seconds = {name: round(s, 2) for name, s in sorted(per_file.items(), key=lambda kv: (-kv[1], kv[0]))}
+    return json.dumps({"measured": measured, "seconds": seconds}, indent=1) + "\n"
+
+
+def _torch() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "none"
 
 
 def timeline_lines(seen: dict) -> list[str]:

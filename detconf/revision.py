@@ -26,7 +26,7 @@ _UNCOVERED = (REVISION_FILE,)
 @dataclass(frozen=True)
 class Revision:
     commit: str | None  # 40 hex digits, or None where unknown
-    describe: str | None  # ``git describe --always --dirty`` (a pack: as it was at packing)
+    describe: str | None  # ``git describe --always``, ``-dirty`` added where anything changed (a pack: as packed)
     dirty: bool | None  # None where unknown
     source: str  # "git", "pack" or "unknown"
     changed: tuple[str, ...] = field(default=())  # files that differ from the commit / the pack
@@ -37,8 +37,12 @@ class Revision:
 
 
 def _git(root: Path, *args: str, timeout: float = 30) -> str | None:
+    # --no-optional-locks: ``status`` would otherwise take the index's lock to refresh it, and a
+    # run killed meanwhile (a signal to its process group) leaves ``.git/index.lock`` behind,
+    # failing the user's next commit.
     try:
-        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(["git", "--no-optional-locks", "-C", str(root), *args], capture_output=True, text=True,
+                             timeout=timeout)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout if out.returncode == 0 else None
@@ -61,9 +65,11 @@ def from_git(root: Path) -> Revision | None:
         return None
     status = _git(root, "status", "--porcelain", "--untracked-files=all")
     changed = tuple(line[3:] for line in status.splitlines() if line.strip()) if status is not None else ()
-    describe = (_git(root, "describe", "--always", "--dirty") or "").strip() or None
-    if describe and changed and not describe.endswith("-dirty"):
-        describe += "-dirty"  # git describe counts tracked files only
+    # Not ``describe --dirty``: it rewrites the index whatever the options (git 2.39); the status
+    # above names every change, tracked files' and untracked ones.
+    describe = (_git(root, "describe", "--always") or "").strip() or None
+    if describe and changed:
+        describe += "-dirty"
     return Revision(head, describe, None if status is None else bool(changed), "git", changed)
 
 

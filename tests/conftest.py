@@ -10,7 +10,7 @@ import os
 import pytest
 
 from detconf.engine.determinism import capture_state
-from tests import warm
+from tests import schedule, warm
 
 # detconf.child's fresh processes forked from a warm interpreter where they may be (tests/warm.py)
 warm.fork_children()
@@ -55,16 +55,15 @@ def _no_state_leaks(request):
         pytest.fail(f"{request.node.nodeid} left global state changed: " + "; ".join(changed), pytrace=False)
 
 
-#: The modules that hold the harness's longest tests, longest first (2-core sandbox, 2026-11-27:
-#: a suite run of every CPU known finding with a script each, 103 s; the published tables' rebuild,
-#: 40 s; the GPU session's signal tests, 18 s; ...). Under xdist they start first, so that the short
-#: tests fill in beside them, instead of one of them starting last while the other worker idles.
-LONGEST_FIRST = ("test_upstream.py", "test_reports_answer.py", "test_hostile_round4_gpu.py", "test_plugin.py",
-                 "test_gpu_semantics.py", "test_sweep.py", "test_gpu_runner.py", "test_compiled.py",
-                 "test_install.py", "test_vendor_backend.py", "test_browser.py")
-
-
 @pytest.hookimpl(tryfirst=True)  # before --lf/--ff put the failures first
 def pytest_collection_modifyitems(session, config, items):
-    rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module keeps its order
+    """Modules heaviest first, each module's tests together (tests/schedule.py)."""
+    schedule.order_items(items, schedule.load_weights())
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own answer
+def pytest_xdist_make_scheduler(config, log):
+    """Under xdist's default distribution, a module at a time to each worker (tests/schedule.py)."""
+    if config.getvalue("dist") == "load":
+        return schedule.module_scheduling(config, log)
+    return None

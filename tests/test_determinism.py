@@ -153,6 +153,7 @@ def test_inside_a_case_guard_the_run_guards_leave_random_and_numpy_to_it():
 
     from detconf.engine.determinism import preserved_rng
 
+    random.random()  # a state no seeding makes: an earlier test may have left random just seeded with 5
     py, legacy, torch_rng = random.getstate(), np.random.get_state(), torch.default_generator.get_state()
     with preserved_rng():
         with deterministic_mode("off", rng=True) as saved:

@@ -229,23 +229,25 @@ def quick(monkeypatch):
 
 
 def test_a_step_running_when_the_budget_ends_is_cut_and_the_next_is_skipped(tmp_path, quick, capsys, monkeypatch):
-    monkeypatch.setattr(gpurun, "MIN_BUDGET_S", 5)  # a short budget, and a short reserve, keep the test short
-    monkeypatch.setattr(gpurun, "RESERVE_S", 2.0)
+    monkeypatch.setattr(gpurun, "MIN_BUDGET_S", 3)  # a short budget, reserve and minimum keep the test short
+    monkeypatch.setattr(gpurun, "RESERVE_S", 1.0)
+    for name in ("documented", "sweep"):
+        monkeypatch.setitem(gpurun.STEPS, name, dataclasses.replace(gpurun.STEPS[name], min_s=1))
     req = tmp_path / "none.txt"
     req.write_text("")
     quick["documented"] = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(120)"]
     quick["sweep"] = [sys.executable, "-c", "print('never')"]
     start = time.monotonic()
-    code = gpurun.main(["--steps", "documented,sweep", "--budget", "6", "--out", str(tmp_path / "run"),
+    code = gpurun.main(["--steps", "documented,sweep", "--budget", "3", "--out", str(tmp_path / "run"),
                         "--requirements", str(req), "--quiet"], root=ROOT)
     took = time.monotonic() - start
     printed = capsys.readouterr().out
     assert code == 1, printed
     steps = json.loads((tmp_path / "run" / "steps.json").read_text())
     assert [(s["step"], s["status"]) for s in steps] == [("documented", "cut"), ("sweep", "skipped")]
-    assert "of the budget left, the step needs at least 3 s" in steps[1]["reason"]
+    assert "of the budget left, the step needs at least 1 s" in steps[1]["reason"]
     assert (tmp_path / "run" / "logs" / "documented.log").read_text().startswith("started\n")  # then SIGINT's traceback
-    assert took < 6 + 10, took  # the budget's bound (the benchmark measures it: bench_gpu_budget.py)
+    assert took < 3 + 10, took  # the budget's bound (the benchmark measures it: bench_gpu_budget.py)
     assert "state: finished after" in (tmp_path / "run" / "COMMAND.md").read_text()
     assert "failed steps: documented (cut, exit status" in printed.splitlines()[-1]
 
