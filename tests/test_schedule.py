@@ -79,8 +79,8 @@ def test_the_collection_puts_the_heaviest_module_first(tmp_path):
 
 
 def test_under_xdist_each_module_runs_whole_on_one_worker(tmp_path):
-    """xdist's default would deal test_recipes.py's 228 tests to both workers."""
-    modules = ["tests/test_recipes.py", "tests/test_verdict.py"]
+    """xdist's default would deal test_verdict.py's 156 tests to both workers."""
+    modules = ["tests/test_verdict.py", "tests/test_docspec.py"]
     out = _inner(tmp_path, *modules, "-n", "2", "-v", weights={modules[0]: 2.0, modules[1]: 1.0})
     workers: dict[str, set[str]] = {}
     for worker, module in re.findall(r"^\[(gw\d+)\].* PASSED (tests/\w+\.py)::", out, re.M):
