@@ -55,6 +55,45 @@ def _no_state_leaks(request):
         pytest.fail(f"{request.node.nodeid} left global state changed: " + "; ".join(changed), pytrace=False)
 
 
+@pytest.hookimpl(tryfirst=True)  # its cleanup is then one of the last to run
+def pytest_configure(config):
+    """Once pytest is done, an xdist worker and a ``pytest`` command leave as the interpreter
+    would, with the session's exit status, but without tearing their modules down
+    (``tests/warm_server.py`` ``_exit``: threads waited for, ``atexit`` run, streams flushed): about
+    a second of an interpreter holding torch and Dynamo, which a worker's controller waits for
+    before its summary and a command's caller after it. Not where pytest runs inside another
+    program (``pytest.main``), nor where no session ran (a usage error).
+    ``DETCONF_TESTS_TEARDOWN=1``: the interpreter's own exit."""
+    if os.environ.get("DETCONF_TESTS_TEARDOWN") == "1":
+        return
+    if hasattr(config, "workerinput") or _pytest_is_the_program():
+        config.add_cleanup(lambda: _leave(config))
+
+
+def _pytest_is_the_program() -> bool:
+    """``python -m pytest`` or the ``pytest`` command, not ``pytest.main()`` called by a program."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None:
+        return spec.name in ("pytest", "pytest.__main__")
+    return os.path.basename(sys.argv[0] if sys.argv else "") in ("pytest", "py.test")
+
+
+def pytest_sessionstart(session):
+    session.config._detconf_tests_session = session
+
+
+def _leave(config) -> None:
+    session = getattr(config, "_detconf_tests_session", None)
+    if session is None:  # no session ran: the interpreter's own exit
+        return
+    from tests import warm_server
+
+    warm_server._exit(int(session.exitstatus))
+
+
 @pytest.hookimpl(tryfirst=True)  # before --lf/--ff put the failures first
 def pytest_collection_modifyitems(session, config, items):
     """Modules heaviest first, each module's tests together (tests/schedule.py)."""
