@@ -1,7 +1,7 @@
 """Where the harness's own tests spend their time: the README's command 2, timed, with the slowest
 tests and the time per test file.
 
-    python benchmarks/bench_tests.py [-n auto] [--slowest 20] [--cold] [-- extra pytest args]
+    python benchmarks/bench_tests.py [-n auto] [--slowest 20] [--cold] [--write-weights [PATH]] [-- extra pytest args]
 
 Runs ``python -m pytest tests -n N -p no:cacheprovider -q --durations=0`` in a child process and
 prints the wall time, the CPU time of the child tree (processes left running at its end too), the
@@ -17,7 +17,10 @@ many ``python -c`` and ``python -m pytest`` starts of forked ``python -m detconf
 (``tests/warm_server.py``), and how many ``python -m detconf`` commands a test signals while they
 run (``tests/warm.py`` ``popen``) were forked. ``--cold``: every inner run cold
 (``DETCONF_TESTS_COLD=1``), as before the warm runner;
-``--inner-log PATH``: keep the inner runs' log (the time per test file is printed either way).
+``--inner-log PATH``: keep the inner runs' log (the time per test file is printed either way);
+``--write-weights``: after a run in which every test passed, write the time per test file into
+``tests/module_seconds.json`` (or PATH), the order in which ``tests/schedule.py`` hands the
+modules to xdist's workers.
 Asserts nothing; quote the figures with the machine and its load.
 """
 from __future__ import annotations
