@@ -5,16 +5,16 @@ of the harness on two cores with that: a module's tests drawn by both workers bu
 fixtures twice (a browser, a pip-installed copy, a suite run's reproducers); and whichever long
 module comes last keeps one worker busy while the other has nothing left (the tail of a run of
 2026-11-28 at 2502e66: ``tests/test_warm.py`` last on both workers, one ending 4.2 s after the
-other). Here each module goes whole to one worker (xdist's scope scheduling, the module as the
-scope), and the modules go out in order of the seconds they took in a measured run, heaviest first
+other). Here each module goes whole to one worker (xdist's ``loadfile`` scheduling), and the
+modules go out in order of the seconds they took in a measured run, heaviest first
 (:data:`WEIGHTS`, written by ``python benchmarks/bench_tests.py --write-weights``): each worker takes
 the next when it is nearly done with its own, so that the short modules fill in at the end.
 
 A module not in :data:`WEIGHTS` (new since the measurement) counts as the median one. The order
 changes no test's outcome: each module's tests keep their own order and run in one process, as
 they do under ``-n 0``. Only xdist's default is replaced: ``--dist load`` on the command line cannot
-be told from it, so ``--dist worksteal`` (or ``loadfile``, ``loadscope``, ...) is the way to have
-xdist's own scheduling, and is used as given.
+be told from it, so ``--dist worksteal`` (or ``loadscope``, ...) is the way to have another of
+xdist's schedulings, and is used as given.
 """
 from __future__ import annotations
 
@@ -68,21 +68,14 @@ def order_items(items: list, weights: dict[str, float]) -> None:
 
 
 def module_scheduling(config, log):
-    """xdist's scope scheduling with the test module as the scope, the modules in collection order
-    (which :func:`order_items` made heaviest first), or None where this xdist has no scope
-    scheduling."""
+    """xdist's own ``loadfile`` scheduling (a module's tests to one worker), the modules in
+    collection order (which :func:`order_items` made heaviest first), or None where this xdist
+    has none."""
     try:
-        from xdist.scheduler import LoadScopeScheduling
+        from xdist.scheduler import LoadFileScheduling
     except ImportError:  # an xdist without it: its own default
         return None
-
-    class ModuleScheduling(LoadScopeScheduling):
-        """A module's tests go to one worker; modules in collection order."""
-
-        def _split_scope(self, nodeid: str) -> str:
-            return module_of(nodeid)
-
     if hasattr(config.option, "loadscopereorder"):
         # xdist >= 3.6 would put the modules with the most tests first (its default): keep ours.
         config.option.loadscopereorder = False
-    return ModuleScheduling(config, log)
+    return LoadFileScheduling(config, log)
