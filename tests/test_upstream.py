@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -101,6 +102,14 @@ def _main_runs(tree: ast.Module) -> ast.FunctionDef | None:
     return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"), None) if runs else None
 
 
+#: ``ast.parse`` from two threads at once is not safe on CPython 3.11: where a garbage collection
+#: runs Python code (a ``__del__``) while one thread builds its tree, the other's parse moves the
+#: interpreter's shared AST depth counter and one of them fails with ``SystemError: AST
+#: constructor recursion depth mismatch`` (seen in this module: two scripts started at once by
+#: the pool below). The scripts' imports are read one at a time.
+_PARSING = threading.Lock()
+
+
 def _script_imports(text: str) -> tuple[str, ...]:
     """The torch modules a script imports whatever it does: those its opening import statements
     name, and those of its ``main`` where the script ends by calling it; then, where its
@@ -109,7 +118,8 @@ def _script_imports(text: str) -> tuple[str, ...]:
     configuration, that. Inductor's configuration comes after Dynamo, which it imports: a script
     compiled with ``aot_eager``, an eager one and one that imports the configuration itself are
     forked from the same server."""
-    tree = ast.parse(text)
+    with _PARSING:
+        tree = ast.parse(text)
     main = _main_runs(tree)
     names = _opening_imports(tree.body) + (_opening_imports(main.body) if main is not None else [])
     names = [n for n in names if n.split(".")[0] == "torch"]
@@ -142,6 +152,46 @@ def test_a_script_names_the_torch_modules_it_imports_first():
     assert _script_imports(body + "\n\nif __name__ == '__main__':\n    main()\n") == _script_imports(
         text + "COMPILE = 'aot_eager'\n")
     assert _script_imports(body) == _script_imports(text)
+
+
+def test_the_imports_of_scripts_started_at_once_are_read_one_at_a_time():
+    """Two threads read a script's imports while collections run a ``__del__`` (what the
+    fixture's two script threads meet): neither fails. Planted (the lock taken away), CPython
+    3.11 fails it with ``AST constructor recursion depth mismatch``."""
+    import gc
+
+    class Finalized:
+        def __del__(self):
+            pass
+
+    text = upstream.repro_script(_row())
+    failures: list[str] = []
+
+    def read() -> None:
+        for _ in range(20):
+            garbage = [Finalized() for _ in range(50)]
+            for item in garbage:
+                item.cycle = item  # freed only by a collection, which runs __del__
+            del garbage
+            try:
+                _script_imports(text)
+            except SystemError as exc:
+                failures.append(str(exc))
+                return
+
+    thresholds, interval = gc.get_threshold(), sys.getswitchinterval()
+    gc.set_threshold(50, 1, 1)
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=read) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        gc.set_threshold(*thresholds)
+        sys.setswitchinterval(interval)
+    assert failures == []
 
 
 # -- the inputs a script builds are the suite's --------------------------------------------
