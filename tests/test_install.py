@@ -97,20 +97,6 @@ def test_pip_install_keeps_the_installed_torch(installed):
     assert site.returncode == 0 and "site-packages" in site.stdout, site.stdout + site.stderr
 
 
-def test_detconf_run_runs_the_installed_suite_from_any_folder(installed, tmp_path):
-    out = subprocess.run([str(installed / "detconf"), "run", *SMALL_RUN], cwd=tmp_path, env=clean_env(),
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    rows = _results(tmp_path / "reports" / "out" / "results.jsonl")
-    assert len(rows) == 3 and {r["verdict"] for r in rows} == {"conforms"}
-    assert "site-packages" in out.stdout  # the suite that ran is the installed one
-    assert (tmp_path / "reports" / "out" / "results-report" / "matrix.md").is_file()
-    # detconf report forwards to python -m detconf.reports.
-    built = subprocess.run([str(installed / "detconf"), "report", "build", "reports/out/results.jsonl", "--out", "m"],
-                           cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0 and (tmp_path / "m" / "matrix.csv").is_file(), built.stderr
-
-
 def test_nothing_but_detconf_goes_to_the_top_level_of_site_packages(installed):
     """The design's packages install as detconf.engine, detconf.conformance, detconf.plugin and
     detconf.reports: no generic name at the top level for another distribution to overwrite."""
@@ -155,19 +141,26 @@ def _wheel_named_reports(folder: Path) -> Path:
     return wheel
 
 
-def test_detconf_runs_from_a_folder_of_generic_packages_beside_a_distribution_named_reports(installed, tmp_path):
+def test_detconf_runs_the_installed_suite_from_a_folder_of_generic_packages_beside_a_distribution_named_reports(
+        installed, tmp_path):
+    """``detconf run`` from a folder that is not the suite's (one holding packages named like
+    detconf's own, beside an installed distribution named ``reports``): the installed suite runs,
+    its results go to the default place under that folder and its report is built; ``detconf
+    report`` forwards to ``python -m detconf.reports``."""
     python = str(installed / "python")
     wheel = _wheel_named_reports(tmp_path)
     added = subprocess.run([python, "-m", "pip", "install", "--no-index", "--no-deps", str(wheel)],
                            capture_output=True, text=True, timeout=300, env=clean_env(), cwd="/")
     assert added.returncode == 0, added.stdout[-2000:] + added.stderr[-2000:]
     work = _decoy_packages(tmp_path / "project")
-    out = subprocess.run([str(installed / "detconf"), "run", *SMALL_RUN, "--results", "r.jsonl"], cwd=work,
-                         env=clean_env(), capture_output=True, text=True, timeout=600)
+    out = subprocess.run([str(installed / "detconf"), "run", *SMALL_RUN], cwd=work, env=clean_env(),
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert [r["verdict"] for r in _results(work / "r.jsonl")] == ["conforms"] * 3
-    built = subprocess.run([str(installed / "detconf"), "report", "build", "r.jsonl", "--out", "m"], cwd=work,
-                           env=clean_env(), capture_output=True, text=True, timeout=300)
+    assert [r["verdict"] for r in _results(work / "reports" / "out" / "results.jsonl")] == ["conforms"] * 3
+    assert "site-packages" in out.stdout  # the suite that ran is the installed one
+    assert (work / "reports" / "out" / "results-report" / "matrix.md").is_file()
+    built = subprocess.run([str(installed / "detconf"), "report", "build", "reports/out/results.jsonl", "--out", "m"],
+                           cwd=work, env=clean_env(), capture_output=True, text=True, timeout=300)
     assert built.returncode == 0 and (work / "m" / "matrix.csv").is_file(), built.stdout[-2000:] + built.stderr[-2000:]
     # The other distribution's package is its own, untouched; detconf's reports is detconf.reports.
     owner = subprocess.run([python, "-c", "import reports, detconf.reports as ours; print(reports.OWNER); "
