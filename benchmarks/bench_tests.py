@@ -162,13 +162,13 @@ def weights_json(per_file: dict[str, float], command: list[str], wall: float, cp
     """The seconds per test file as ``tests/schedule.py`` reads them (heaviest first), with the
     command, machine and commit that measured them."""
     import platform
-    import subprocess
 
-    commit = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=ROOT, capture_output=True, text=True)
+    from detconf.revision import revision  # the suite's own: git describe without rewriting the index
+
     measured = {
         "command": "python benchmarks/bench_tests.py " + " ".join(command[command.index("-n"):command.index("-n") + 2]),
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}, torch {_torch()}",
-        "commit": commit.stdout.strip() if commit.returncode == 0 else None,
+        "commit": revision(ROOT).describe,
         "date": time.strftime("%Y-%m-%d"),
         "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
     }
