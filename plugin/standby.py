@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 
 from detconf.child import Child
 
@@ -17,9 +19,12 @@ class Standby:
     #: Its target (:mod:`detconf.child`): it answers on its standard output and leaves at once.
     TARGET = "detconf.reports.standby:main"
 
-    def __init__(self, child: Child) -> None:
+    def __init__(self, child: Child, folder: str) -> None:
         self.child = child
         self.proc = child.proc
+        #: Its warm-up's folder, made here and removed here once it has ended: a standby stopped
+        #: during its warm-up is killed, and would leave a folder of its own behind.
+        self.folder = folder
 
     @classmethod
     def start(cls) -> "Standby | None":
@@ -29,12 +34,14 @@ class Standby:
         on cores the tests use) to save the run only the build itself."""
         if all(name in sys.modules for name in REPORT_LIBRARIES):
             return None  # the build runs in this process instead
+        folder = tempfile.mkdtemp(prefix="detconf-standby-")
         try:
             # In the run's working folder: a request names the results file as the run has it.
-            child = Child(cls.TARGET, stdin=True)
+            child = Child(cls.TARGET, {"warm": folder}, stdin=True)
         except OSError:
+            shutil.rmtree(folder, ignore_errors=True)
             return None  # the build runs in this process instead
-        return cls(child)
+        return cls(child, folder)
 
     def ask(self, request: dict) -> dict | None:
         """The reply, or None when the builder died or answered nonsense (the caller builds)."""
@@ -43,6 +50,7 @@ class Standby:
         except (OSError, ValueError):
             self.stop()
             return None
+        self._remove_folder()  # it has ended
         lines = out.strip().splitlines()
         try:
             reply = json.loads(lines[-1]) if self.proc.returncode == 0 and lines else None
@@ -57,3 +65,7 @@ class Standby:
     def stop(self) -> None:
         """End it without a request (it has nothing to do): at once, whatever it is loading."""
         self.child.stop()
+        self._remove_folder()
+
+    def _remove_folder(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)

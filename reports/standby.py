@@ -2,9 +2,9 @@
 
 The plugin starts it when a run that will write the matrix begins. Beside the tests, at a low
 CPU priority, it loads what the end-of-run report needs (pandas, pyarrow, matplotlib and its
-fonts) and builds a small report of its own once in a private temporary folder (first-use costs:
-the HTML template, fonts, pyarrow's reader), about a second which the run would otherwise spend
-after its last test, then waits for one request on its standard input, a JSON line::
+fonts) and builds a small report of its own once in a temporary folder (first-use costs: the HTML
+template, fonts, pyarrow's reader), about a second which the run would otherwise spend after its
+last test, then waits for one request on its standard input, a JSON line::
 
     {"summary": "PATH", "build": {"paths": ["RESULTS", ...], "out": "DIR", "own": true}}
 
@@ -17,6 +17,10 @@ Both keys are optional; ``own``: ``DIR`` is the run's own report folder (``repor
 An end of input before any request (the run stopped, or had nothing to build) is a quiet exit.
 Once the reply is written it leaves at once (``os._exit``), without unloading its libraries.
 It reads results files and writes the report folder only, as ``reports build`` does.
+
+The plugin makes the warm-up's folder and gives it as the payload (``{"warm": FOLDER}``): a run
+that ends before the warm-up does kills the standby, which then cannot remove a folder of its
+own; the plugin removes it once the standby has ended. Without a payload it makes one itself.
 """
 from __future__ import annotations
 
@@ -50,17 +54,21 @@ def _warm_lines() -> list[str]:
     return [json.dumps(record) + "\n" for record in (run, *rows, end)]
 
 
-def warm() -> None:
+def warm(folder: str | None = None) -> None:
     """Import what the summary and the build use, and run both once on a small results file in
-    a private temporary folder: the first build also compiles the HTML template, loads
-    matplotlib's fonts and takes pandas' and pyarrow's first-use paths."""
-    import tempfile
+    ``folder`` (its caller's, left there), or in a temporary folder of its own, removed: the
+    first build also compiles the HTML template, loads matplotlib's fonts and takes pandas' and
+    pyarrow's first-use paths."""
+    if folder is None:
+        import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="detconf-standby-") as tmp:
-        results = os.path.join(tmp, "warm.jsonl")
-        with open(results, "w", encoding="utf-8") as f:
-            f.writelines(_warm_lines())
-        reply = handle({"summary": results, "build": {"paths": [results], "out": os.path.join(tmp, "report")}})
+        with tempfile.TemporaryDirectory(prefix="detconf-standby-") as tmp:
+            warm(tmp)
+        return
+    results = os.path.join(folder, "warm.jsonl")
+    with open(results, "w", encoding="utf-8") as f:
+        f.writelines(_warm_lines())
+    reply = handle({"summary": results, "build": {"paths": [results], "out": os.path.join(folder, "report")}})
     if "built" not in reply or "lines" not in reply:  # the warm-up is ours: say what broke it
         raise RuntimeError(f"standby warm-up failed: {reply}")
 
@@ -89,12 +97,13 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
-def serve(stdin: IO[str], stdout: IO[str]) -> int:
+def serve(stdin: IO[str], stdout: IO[str], folder: str | None = None) -> int:
+    """Warm up (in ``folder``: :func:`warm`), then answer one request from ``stdin``."""
     try:
         os.nice(10)  # the tests come first while they run
     except (AttributeError, OSError):
         pass
-    warm()
+    warm(folder)
     line = stdin.readline()
     if not line.strip():
         return 0
@@ -106,8 +115,10 @@ def serve(stdin: IO[str], stdout: IO[str]) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    code = serve(sys.stdin, sys.stdout)
+def main(payload: dict | None = None) -> int:
+    """The standby as :mod:`detconf.child` runs it: ``payload`` ``{"warm": FOLDER}`` or None."""
+    folder = payload.get("warm") if isinstance(payload, dict) else None
+    code = serve(sys.stdin, sys.stdout, folder)
     # The reply is out and every file it names is written and closed: leave without tearing
     # down the interpreter (pandas, pyarrow and matplotlib take a quarter of a second to unload,
     # which the run would wait for).

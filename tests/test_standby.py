@@ -76,6 +76,28 @@ def test_a_started_standby_that_is_not_asked_exits_without_building(tmp_path, mo
     out, err = started.child.communicate("", timeout=120)
     assert (started.proc.returncode, out, err) == (0, "", "")
     assert list(tmp_path.iterdir()) == []
+    # Its warm-up was built in the folder the plugin made, which the plugin removes.
+    folder = Path(started.folder)
+    assert (folder / "warm.jsonl").is_file() and (folder / "report" / "matrix.md").is_file()
+    started.stop()
+    assert not folder.exists()
+
+
+def test_a_standby_stopped_during_its_warm_up_leaves_no_folder_behind(tmp_path, monkeypatch):
+    """A run that ends before the standby's warm-up does kills it (``Standby.stop``): the
+    warm-up's folder goes with it (the test above: the warm-up is built in that folder)."""
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    started = _start(monkeypatch)
+    folder = Path(started.folder)
+    deadline = time.monotonic() + 120
+    while not (folder / "warm.jsonl").exists():  # the warm-up has begun
+        assert started.proc.poll() is None and time.monotonic() < deadline, started.child.communicate(timeout=10)
+        time.sleep(0.02)
+    started.stop()
+    assert started.proc.returncode is not None and not folder.exists()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_started_standby_answers_a_request_with_paths_relative_to_the_runs_folder(tmp_path, monkeypatch):
