@@ -70,19 +70,20 @@ def main(argv: list[str] | None = None) -> int:
     env = warm.base_env()
     warm.run([sys.executable, "-c", "pass"], cwd=ROOT, env=env, timeout=300)  # the server starts here
     print(f"{os.cpu_count()} CPUs, load {load()}; {args.runs} runs each")
-    results = Path(tempfile.mkdtemp(prefix="bench-warm-")) / "results.jsonl"
-    for name in args.only or list(COMMANDS):
-        command = [sys.executable, *COMMANDS[name], *(["--results", str(results)] if name in WRITES_RESULTS else [])]
-        before = dict(warm.stats)
-        busy, start = busy_seconds(), time.perf_counter()
-        codes = set()
-        for _ in range(args.runs):
-            codes.add(warm.run(command, cwd=ROOT, env=env, timeout=300).returncode)
-        wall, busy = time.perf_counter() - start, busy_seconds() - busy
-        forked = warm.stats["warm"] - before["warm"]
-        how = "forked" if forked == args.runs else ("cold" if not forked else f"{forked} forked")
-        print(f"{name:8s} {how:10s} exit {','.join(map(str, sorted(codes)))}  "
-              f"wall {1000 * wall / args.runs:6.1f} ms  busy {1000 * busy / args.runs:6.1f} ms a run")
+    with tempfile.TemporaryDirectory(prefix="bench-warm-") as scratch:  # the runs' results: not kept
+        results = Path(scratch) / "results.jsonl"
+        for name in args.only or list(COMMANDS):
+            command = [sys.executable, *COMMANDS[name], *(["--results", str(results)] if name in WRITES_RESULTS else [])]
+            before = dict(warm.stats)
+            busy, start = busy_seconds(), time.perf_counter()
+            codes = set()
+            for _ in range(args.runs):
+                codes.add(warm.run(command, cwd=ROOT, env=env, timeout=300).returncode)
+            wall, busy = time.perf_counter() - start, busy_seconds() - busy
+            forked = warm.stats["warm"] - before["warm"]
+            how = "forked" if forked == args.runs else ("cold" if not forked else f"{forked} forked")
+            print(f"{name:8s} {how:10s} exit {','.join(map(str, sorted(codes)))}  "
+                  f"wall {1000 * wall / args.runs:6.1f} ms  busy {1000 * busy / args.runs:6.1f} ms a run")
     return 0
 
 

@@ -68,22 +68,23 @@ def test_without_root_it_says_so_in_one_line(monkeypatch, capsys):
 # server of its own (a torch import); here it runs cold (DETCONF_TESTS_COLD=1: fresh interpreters,
 # no server), which prints the same lines.
 
-def _bench_warm(*args: str):
+def _bench_warm(*args: str, temp: Path | None = None):
     import subprocess
     import sys
 
     from tests import warm
 
-    env = {**warm.base_env(), "DETCONF_TESTS_COLD": "1"}
+    env = {**warm.base_env(), "DETCONF_TESTS_COLD": "1", **({"TMPDIR": str(temp)} if temp else {})}
     return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_warm.py"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
-def test_the_fork_benchmark_prints_a_line_per_command_and_how_its_runs_went():
+def test_the_fork_benchmark_prints_a_line_per_command_and_how_its_runs_went(tmp_path):
     import re
 
-    out = _bench_warm("--runs", "2", "--only", "c", "--only", "version")
+    out = _bench_warm("--runs", "2", "--only", "c", "--only", "version", temp=tmp_path)
     assert out.returncode == 0, out.stderr
+    assert list(tmp_path.iterdir()) == []  # its scratch folder went with it
     lines = out.stdout.splitlines()
     assert re.match(r"\d+ CPUs, load .*; 2 runs each$", lines[0]), lines
     assert [line.split()[:4] for line in lines[1:]] == [["c", "cold", "exit", "0"], ["version", "cold", "exit", "0"]]

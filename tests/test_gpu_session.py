@@ -125,15 +125,20 @@ def test_the_pack_holds_the_tree_its_revision_and_only_the_wheels_the_target_lac
 def test_the_session_refuses_a_machine_without_a_gpu_in_one_line_and_keeps_its_record(pack, tmp_path):
     """The pack's run script as a device call runs it, into an OUT whose name holds a quote and a
     dollar: nothing of it runs as shell code; torch sees no GPU (hidden), so the session stops at
-    once with one line naming torch's build and the driver, and the archive in OUT says so."""
+    once with one line naming torch's build and the driver, and the archive in OUT says so. The
+    script unpacks the suite under TMPDIR and leaves it there (the lent machine's is thrown away
+    with it): here, this test's folder."""
     out = tmp_path / "out 'q' $(touch pwned)"
-    env = {**PYTHON_ENV, "DETCONF_PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""}
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**PYTHON_ENV, "DETCONF_PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(temp)}
     run = subprocess.run(["sh", str(pack / "run"), str(out)], capture_output=True, text=True, env=env, cwd=tmp_path,
                          timeout=300)
     assert run.returncode == 2, run.stdout + run.stderr
     [line] = run.stderr.splitlines()
     assert line.startswith("detconf gpu-run: error: device 'cuda' is not available here: torch ")
     assert "sees no GPU" in line and ("driver" in line or "nvidia-smi" in line)
+    assert f"run: suite unpacked in {temp}{os.sep}detconf-gpu." in run.stdout
     assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
     [archive] = out.glob("gpu-run-*.tar.gz")
     got = members(archive)
@@ -142,14 +147,15 @@ def test_the_session_refuses_a_machine_without_a_gpu_in_one_line_and_keeps_its_r
     assert machine["suite"]["revision_source"] == "pack" and machine["suite"]["commit"] == json.loads(
         (pack / "PACK.json").read_text())["revision"]["commit"]
     assert "--budget 300" in got["COMMAND.md"].decode()  # the pack's default budget
-    # A second call into the same OUT adds its own archive and changes nothing of the first.
+    # A second call into the same OUT adds its own archive and changes nothing of the first (in
+    # the same second, a name with "-2" added; later, another time's).
     first = archive.read_bytes()
-    time.sleep(1.1)
     again = subprocess.run(["sh", str(pack / "run"), str(out), "--budget", "100"], capture_output=True, text=True,
                            env=env, cwd=tmp_path, timeout=300)
     assert again.returncode == 2
-    assert len(list(out.glob("gpu-run-*.tar.gz"))) == 2 and archive.read_bytes() == first
-    assert "--budget 100" in members(sorted(out.glob("gpu-run-*.tar.gz"))[-1])["COMMAND.md"].decode()
+    [second] = [p for p in out.glob("gpu-run-*.tar.gz") if p != archive]
+    assert archive.read_bytes() == first
+    assert "--budget 100" in members(second)["COMMAND.md"].decode()
 
 
 def test_the_run_script_needs_its_out_argument(pack):
