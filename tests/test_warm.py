@@ -756,6 +756,30 @@ def test_a_forked_reports_command_answers_as_a_fresh_one_without_torch(tmp_path,
     assert seen["argv"] == ["x"] and seen["name"] == "__main__" and str(folder) in seen["path"]
 
 
+def test_a_stopped_server_runs_its_preloads_finalizers_and_its_children_do_not(tmp_path):
+    """A preload that makes a temporary folder (torch's script instantiator of
+    ``torch.distributed.nn`` does, at import) removes it when the server stops, as a fresh
+    interpreter does at its exit; a child forked meanwhile leaves it to the server. Planted (the
+    server's end as before, its finalizers skipped): the folder stays."""
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "makes_a_folder.py").write_text(
+        "import tempfile\nKEPT = tempfile.TemporaryDirectory(prefix='preload-')\n", encoding="utf-8")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**warm.base_env(), "PYTHONPATH": str(tmp_path / "mods"), "TMPDIR": str(temp)}
+    server = warm._Server(env, "reports", ("makes_a_folder",))
+    try:
+        assert server.ready() is None
+        [made] = temp.glob("preload-*")
+        cmd = [sys.executable, "-c", "pass"]
+        child = warm._forked(server, cmd, warm._form(cmd)[1], tmp_path, env, 60, subprocess.PIPE, subprocess.PIPE,
+                             True, None)
+        assert child.returncode == 0 and made.is_dir(), child.stderr
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0 and not made.exists()
+
+
 def test_a_server_whose_preload_imports_xdist_refuses_to_start(tmp_path):
     # xdist.plugin copies sys.path at import for the workers it starts: imported in a server, an
     # inner -n run's workers would get the server's path, not the run's PYTHONPATH.

@@ -263,9 +263,28 @@ class _Server:
         if self.proc is None or (ending and self.shared):
             return
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+            if self._ask_to_stop():
+                try:
+                    self.proc.wait(timeout=10)  # it runs its finalizers (warm_server._leave_server)
+                except subprocess.TimeoutExpired:
+                    pass
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _ask_to_stop(self) -> bool:
+        """Send the server its ``stop`` request; False where it does not listen (yet)."""
+        import socket
+
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(5)
+                conn.connect(str(self.socket))
+                warm_server._frame(conn, {"stop": True})
+        except OSError:
+            return False
+        return True
 
 
 @atexit.register

@@ -578,6 +578,22 @@ def _detach_finalizers() -> None:
 
     for finalizer in list(weakref.finalize._registry):
         finalizer.atexit = False
+        _DETACHED.append(finalizer)
+
+
+#: The finalizers :func:`_detach_finalizers` took from the exit: the server's own end runs them.
+_DETACHED: list = []
+
+
+def _leave_server() -> None:
+    """The server's own end: the finalizers its preload registered run, as at a fresh
+    interpreter's exit (torch's script instantiator of ``torch.distributed.nn`` makes a temporary
+    folder at import, which its finalizer removes: a server whose end skipped them left one in
+    the system's temporary folder for every start), then it leaves as a forked child does, without
+    tearing its modules down (:func:`_exit`)."""
+    for finalizer in _DETACHED:
+        finalizer.atexit = True
+    _exit(0)
 
 
 def apply_limits(limits: dict[str, int]) -> None:
@@ -1375,6 +1391,7 @@ def main(path: str, flavour: str, names: tuple[str, ...] = ()) -> None:
         import shutil
 
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    _leave_server()
 
 
 #: What a forked child knows of the server it came from: its socket, the environment it started
