@@ -5,13 +5,13 @@ settings the suite guards, the processor's flush-to-zero mode, and the environme
 ``_no_state_leaks`` (autouse) fails a test that changes any of them and does not put it back,
 naming what changed.
 """
-import gc
 import os
 import sys
 
 import pytest
 
 from detconf.engine.determinism import capture_state
+from detconf.plugin.freeze import _freeze_loaded
 from tests import schedule, warm
 
 # detconf.child's fresh processes forked from a warm interpreter where they may be (tests/warm.py)
@@ -100,30 +100,20 @@ def _leave(config) -> None:
 def pytest_collection_finish(session):
     """What the harness's tests load before their first test (torch, pandas, Hypothesis, the
     catalog, 66 test modules and the collected items) stays to the end: out of the cyclic garbage
-    collector's sight (``gc.freeze``), as the suite's own plugin does for a run's cases. In
-    ``pytest tests -n 2`` on the 2-core sandbox a worker's full collections took 0.12-0.17 s each,
-    25 and 31 of them, and its collections 4.0 and 6.7 s in all; frozen, 3.5 and 3.3 s."""
-    _freeze()
-
-
-def _freeze() -> None:
-    """``gc.freeze`` what is alive now, after collecting the young generations, and note how
-    many modules were loaded (:func:`pytest_runtest_teardown` freezes again after a test that
-    loaded more)."""
-    gc.collect(1)
-    gc.freeze()
-    _frozen["modules"] = len(sys.modules)
-
-
-_frozen = {"modules": None}
+    collector's sight (``gc.freeze``), as the suite's own plugin does for a run's cases, with its
+    :func:`detconf.plugin.freeze._freeze_loaded`. In ``pytest tests -n 2`` on the 2-core sandbox a
+    worker's full collections took 0.12-0.17 s each, 25 and 31 of them, and its collections 4.0
+    and 6.7 s in all; frozen, 3.5 and 3.3 s."""
+    _freeze_loaded(session.config)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item):
     """Modules a test loaded (Inductor, Dynamo, playwright, the op database) stay loaded to the
-    end too: frozen with the rest."""
-    if _frozen["modules"] is not None and len(sys.modules) > _frozen["modules"]:
-        _freeze()
+    end too: frozen with the rest (the plugin's own hook does this after a suite case only)."""
+    frozen = getattr(item.config, "_detconf_frozen_modules", None)
+    if frozen is not None and len(sys.modules) > frozen:
+        _freeze_loaded(item.config)
 
 
 @pytest.hookimpl(tryfirst=True)  # before --lf/--ff put the failures first

@@ -275,8 +275,6 @@ class _Server:
 
     def _ask_to_stop(self) -> bool:
         """Send the server its ``stop`` request; False where it does not listen (yet)."""
-        import socket
-
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
                 conn.settimeout(5)

@@ -588,8 +588,8 @@ _DETACHED: list = []
 def _leave_server() -> None:
     """The server's own end: the finalizers its preload registered run, as at a fresh
     interpreter's exit (torch's script instantiator of ``torch.distributed.nn`` makes a temporary
-    folder at import, which its finalizer removes: a server whose end skipped them left one in
-    the system's temporary folder for every start), then it leaves as a forked child does, without
+    folder at import, which its finalizer removes: each server whose preload imports it, ending
+    without them, left that folder in the system's temporary folder), then it leaves as a forked child does, without
     tearing its modules down (:func:`_exit`)."""
     for finalizer in _DETACHED:
         finalizer.atexit = True
