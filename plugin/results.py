@@ -393,24 +393,34 @@ class ResultsWriter:
                 self.add(carried["nodeid"], crashed_row(case, report, carried["nodeid"]))
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self._end(session, finished=True)
+
+    def _end(self, session: pytest.Session | None, *, finished: bool) -> None:
+        """The end record. ``finished``: the session ran (pytest's session finish); else it
+        stopped while it started (an interrupt, a usage error, ``pytest.exit`` in a hook before
+        the first case): the run is said ``incomplete`` with pytest's exit status where the
+        session was made, and the plan's cases count as missing."""
         if self.fd is None or self.ended:
             return
         self.ended = True
         if not self.write_error:
             self._check_file(full=True)
-        empty = not self.planned and not self.written
-        if empty and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED  # nothing was tested: not green
-        if (self.missing() or self.write_error) and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # rows are missing: not a clean run
+        empty = finished and not self.planned and not self.written
+        if session is not None:
+            if empty and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED  # nothing was tested: not green
+            if (self.missing() or self.write_error or not finished) and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED  # rows are missing: not a clean run
         if self.write_error:
             return
-        self._finish_suite_plan()
+        if finished:
+            self._finish_suite_plan()
+        status = {"exitstatus": int(session.exitstatus)} if session is not None else {}
         try:
             self._append({"record": "end", "schema": SCHEMA_VERSION, "run_id": self.run_id, "ended": _now(),
-                          "exitstatus": int(session.exitstatus), "planned": self.planned,
-                          "written": len(self.written), "missing": self.missing(),
-                          "outcome": "empty" if empty else "complete" if not self.missing() else "incomplete",
+                          **status, "planned": self.planned, "written": len(self.written), "missing": self.missing(),
+                          "outcome": "empty" if empty else "complete" if finished and not self.missing()
+                          else "incomplete",
                           **({"suite_plan": self.suite_plan} if self.suite_plan is not None else {})},
                          sync=True)
         except OSError as exc:
@@ -421,6 +431,7 @@ class ResultsWriter:
             self.planner.kill()
             self.planner.communicate()
             self.planner = None
+        self._end(self.session, finished=False)  # the session stopped while it started: no session finish
         if self.standby is not None:
             self.standby.stop()
             self.standby = None

@@ -477,6 +477,36 @@ def test_the_matrix_goes_to_its_own_folder_beside_a_results_csv(tmp_path):
 
 
 # ----------------------------------------------------------------------------- crashes
+STOP_AT_START = '''
+import pytest
+@pytest.hookimpl({order}=True)
+def pytest_sessionstart(session):
+    raise {error}
+'''
+
+
+@pytest.mark.parametrize("order,error,status", [
+    ("trylast", "KeyboardInterrupt()", 2),
+    ("trylast", "pytest.UsageError('late')", 4),
+    ("tryfirst", "KeyboardInterrupt()", None),  # before the suite's plugin saw the session: no exit status
+])
+def test_a_run_stopped_while_its_session_starts_still_ends_its_results(order, error, status, tmp_path):
+    """An interrupt (what gpu-run sends a step its budget or a signal stops) or a usage error
+    while the session starts: pytest finishes no session, and the results file still ends with
+    the run's end record, incomplete, every planned case missing (a file without one was killed)."""
+    (tmp_path / "stop_at_start.py").write_text(STOP_AT_START.format(order=order, error=error))
+    results = tmp_path / "r.jsonl"
+    out = run_pytest(*SIXTEEN, "-p", "stop_at_start", "--no-report-build", "--results", str(results),
+                     env={"PYTHONPATH": str(tmp_path)})
+    assert out.returncode == (status or 2), out.stdout[-2000:] + out.stderr[-2000:]
+    [run] = runs_in(results)
+    end, planned = run["end"], run["run"]["whole_plan"]
+    assert end is not None, "no end record"
+    assert {k: end.get(k) for k in ("exitstatus", "planned", "written", "missing", "outcome")} == {
+        "exitstatus": status, "planned": planned, "written": 0, "missing": planned, "outcome": "incomplete"}
+    assert run["rows"] == [] and planned > 0
+
+
 CRASH_IN_WORKERS = '''
 import os
 def pytest_runtest_call(item):
