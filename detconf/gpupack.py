@@ -18,7 +18,10 @@ the device call's ``carry``) holds
   the tree into a fresh folder, then runs ``detconf gpu-run --wheels ... --device cuda`` from it
   (the wheels installed into the interpreter, offline) with the archive written to
   ``OUT/gpu-run-<UTC time>.tar.gz`` (a second call into the same OUT adds its own, ``-2``, ``-3``
-  after the time when one of that second is there; nothing else of OUT is touched). OUT is
+  after the time when one of that second is there; nothing else of OUT is touched). gpu-run
+  (``--scratch``) removes the unpacked folder when it ends, once the archive holds every file of
+  the run (a vendor's machine running packs keeps nothing behind; kept, with a line, when the
+  archive could not be written). OUT is
   resolved against the caller's folder before anything else; one that exists and is not a
   folder is one line and exit status 2; its name may hold any character (it is never shell code);
 - ``PACK.json``: what was packed, with digests, and the device command.
@@ -42,6 +45,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from detconf import revision as _revision
+from detconf.gpurun import SCRATCH_MARK
 from detconf.wheels import (
     BadInput, canonicalize_name, download_command, manylinux_tags, read_requirements, read_small, regular_file,
 )
@@ -58,7 +62,8 @@ RUN = r'''#!/bin/sh
 # The GPU session of a detconf pack: sh PACK/run OUT [detconf gpu-run options]
 # (default: --budget @BUDGET@). Unpacks the suite into a fresh folder, installs the packed
 # wheels into this interpreter (offline), runs every step on the GPU inside the budget, and
-# writes one archive, OUT/gpu-run-<UTC time>.tar.gz, rewritten after every step.
+# writes one archive, OUT/gpu-run-<UTC time>.tar.gz, rewritten after every step. gpu-run
+# (--scratch) removes the unpacked folder when it ends, once the archive holds the run.
 set -u
 # (paths are read with "pwd; echo x" and the x cut off: a name ending in a newline stays whole)
 pack=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd && echo x) || exit 2
@@ -88,17 +93,21 @@ while [ -e "$out/$name.tar.gz" ] || [ -L "$out/$name.tar.gz" ]; do
     name=gpu-run-$stamp-$n
 done
 work=$(mktemp -d "${TMPDIR:-/tmp}/detconf-gpu.XXXXXX") || exit 2
-mkdir -- "$work/tree" && tar -xzf "$pack/tree.tar.gz" -C "$work/tree" || { printf 'run: cannot unpack %s\n' "$pack/tree.tar.gz" >&2; exit 2; }
+: > "$work/@MARK@" && mkdir -- "$work/tree" && tar -xzf "$pack/tree.tar.gz" -C "$work/tree" || {
+    printf 'run: cannot unpack %s\n' "$pack/tree.tar.gz" >&2
+    rm -rf -- "$work"
+    exit 2
+}
 budget=--budget
 for arg in "$@"; do
     case $arg in --budget|--budget=*) budget= ;; esac
 done
 set -- --wheels "$pack/wheels" --device cuda --out "$work/$name" \
-    --archive "$out/$name.tar.gz" --quiet "$@"
+    --archive "$out/$name.tar.gz" --scratch "$work" --quiet "$@"
 [ -n "$budget" ] && set -- --budget @BUDGET@ "$@"
 [ -f "$pack/alert-tests/test_torch.py" ] && set -- --alert-tests "$pack/alert-tests/test_torch.py" "$@"
 cd -- "$work/tree" || exit 2
-printf 'run: suite unpacked in %s; archive: %s\n' "$work/tree" "$out/$name.tar.gz"
+printf 'run: suite unpacked in %s (removed at the end once the archive holds the run); archive: %s\n' "$work/tree" "$out/$name.tar.gz"
 exec "$python" -m detconf gpu-run "$@"
 '''
 
@@ -256,7 +265,7 @@ def _main(argv: list[str], root: Path | None) -> int:
             (staging / "alert-tests").mkdir()
             shutil.copy2(alert, staging / "alert-tests" / "test_torch.py")
         run = staging / "run"
-        run.write_text(RUN.replace("@BUDGET@", str(args.budget)), encoding="utf-8")
+        run.write_text(RUN.replace("@BUDGET@", str(args.budget)).replace("@MARK@", SCRATCH_MARK), encoding="utf-8")
         run.chmod(0o755)
         wheels = sorted(p.name for p in (staging / "wheels").glob("*.whl"))
         name = out.name

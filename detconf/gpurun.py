@@ -38,7 +38,9 @@ minutes. This command
    so a run stopped at any point leaves them complete. The folder is held by a lock file
    (:data:`LOCK`) for the run's life: a second gpu-run into it refuses; an ``--archive`` that
    exists is refused. A step's own pytest arguments may not name ``--results`` or ``--junitxml``
-   (:data:`OWN_OPTIONS`).
+   (:data:`OWN_OPTIONS`). With ``--scratch DIR`` (the pack's run script: the unpacked suite and
+   ``--out`` in DIR, the archive outside) DIR is removed when the run ends, once the archive holds
+   every file of ``--out`` (:class:`Scratch`).
 
 Exit status: 0 every step passed (or was skipped); 1 a step failed, was cut by the budget or
 tested nothing (a pytest step without a complete results file, or the tests step with no test
@@ -89,6 +91,9 @@ GRACE_S = 3.0
 STOP_GRACE_S = 10.0
 #: The file that marks an output folder as taken by a running gpu-run (removed when it ends).
 LOCK = ".gpu-run.lock"
+#: The file the pack's run script puts into the folder it unpacks the suite into: only a folder
+#: holding it may be named by ``--scratch`` (removed when the run ends).
+SCRATCH_MARK = ".detconf-gpu-scratch"
 #: pytest options the steps' own arguments (after ``--``, or in PYTEST_ADDOPTS) may not carry:
 #: gpu-run names each step's results file (and the tests step's JUnit report) inside --out, so
 #: that nothing goes elsewhere and each step is judged by what it wrote.
@@ -790,6 +795,21 @@ def _unlink(path: Path) -> None:
         pass
 
 
+def _archived(out: Path, archive: Path) -> list[Path]:
+    """What the archive of ``out`` holds: its files and folders but the archive itself, partial
+    files, links, the lock and pytest's caches."""
+    paths = []
+    for path in sorted(out.rglob("*")):
+        if path == archive or path.name.endswith(".partial") or path.is_symlink():
+            continue
+        if path.name == LOCK and path.parent == out:
+            continue
+        if not (path.is_file() or path.is_dir()) or ".pytest_cache" in path.relative_to(out).parts:
+            continue
+        paths.append(path)
+    return paths
+
+
 def write_archive(out: Path, archive: Path | None = None) -> Path:
     """Everything in the output folder, under the folder's name, as one ``.tar.gz`` (default
     ``<out>/<out name>.tar.gz``), replaced whole; an :class:`OutputError` when it cannot be."""
@@ -798,13 +818,7 @@ def write_archive(out: Path, archive: Path | None = None) -> Path:
     try:
         archive.parent.mkdir(parents=True, exist_ok=True)
         with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
-            for path in sorted(out.rglob("*")):
-                if path in (archive, partial) or path.name.endswith(".partial") or path.is_symlink():
-                    continue
-                if path.name == LOCK and path.parent == out:
-                    continue
-                if not (path.is_file() or path.is_dir()) or ".pytest_cache" in path.relative_to(out).parts:
-                    continue
+            for path in _archived(out, archive):
                 tar.add(path, arcname=f"{out.name}/{path.relative_to(out)}", recursive=False)
         os.replace(partial, archive)
     except OSError as exc:
@@ -873,6 +887,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pip-option", action="append", default=[], metavar="OPT",
                    help="passed to pip install (repeatable), e.g. --pip-option=--user")
     p.add_argument("--quiet", action="store_true", help="steps' output to logs/ only, not to the terminal")
+    p.add_argument("--scratch", metavar="DIR",
+                   help=f"a folder the pack's run script made (it holds {SCRATCH_MARK}), with --out inside it and "
+                        "--archive outside: removed when the run ends, once the archive holds every file of --out "
+                        "(kept, with a line, when it does not)")
     return p
 
 
@@ -1046,6 +1064,95 @@ class Claim:
                 pass
 
 
+class Scratch:
+    """``--scratch DIR``: the folder the pack's run script made for this session (it holds
+    :data:`SCRATCH_MARK`, the unpacked suite and ``--out``; the archive is written outside it).
+    When the run ends the folder is removed if nothing of the run would go with it: ``--out``
+    holds nothing of the run, or the archive, brought up to date once more (the lines said after
+    the last records), holds every file of ``--out`` at its size. Else it is kept, with a line
+    saying where and why (a full disk: the run's files are there and nowhere else)."""
+
+    def __init__(self, folder: Path | None, text: str | None = None):
+        self.folder, self.text = folder, text
+        self.out: Path | None = None
+        self.archive: Path | None = None
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str]) -> "Scratch":
+        """Read before the other options, so that a run refused for any of them still leaves:
+        only the option written in full (``--scratch DIR``, ``--scratch=DIR``)."""
+        own = list(argv[:list(argv).index("--")]) if "--" in argv else list(argv)
+        text = None
+        for i, word in enumerate(own):
+            if word == "--scratch":
+                if i + 1 >= len(own):
+                    raise BadInput("argument --scratch: expected one argument")
+                text = own[i + 1]
+            elif word.startswith("--scratch="):
+                text = word.split("=", 1)[1]
+        if text is None:
+            return cls(None)
+        folder = Path(text).absolute()
+        if not folder.is_dir() or folder.is_symlink() or not (folder / SCRATCH_MARK).is_file():
+            raise BadInput(f"--scratch {text}: not a folder the pack's run script made (it holds {SCRATCH_MARK}); "
+                           "gpu-run removes only such a folder")
+        return cls(folder, text)
+
+    def take(self, args: argparse.Namespace, out: Path, archive: Path | None) -> None:
+        """The run's --out and --archive: the first inside the folder, the second outside it (else
+        bad input, and the folder is left as it is)."""
+        if self.folder is None:
+            if args.scratch is not None:
+                raise BadInput("--scratch: write the option in full (--scratch DIR)")
+            return
+        folder, self.folder = self.folder, None
+        if archive is None or archive.resolve().is_relative_to(folder.resolve()):
+            raise BadInput(f"--scratch {self.text}: give an --archive outside it (the folder is removed when the "
+                           "run ends)")
+        if not out.resolve().is_relative_to(folder.resolve()):
+            raise BadInput(f"--scratch {self.text}: --out must be inside it")
+        self.folder, self.out, self.archive = folder, out, archive
+
+    def leave(self) -> None:
+        if self.folder is None or not self.folder.is_dir():
+            return
+        out = self.out
+        ran = out is not None and out.is_dir() and any(p.name != LOCK for p in out.iterdir())
+        why = self._why_kept() if ran else None
+        if why is not None:
+            show(f"gpu-run: kept {self.folder}: {why}")
+            return
+        shutil.rmtree(self.folder, ignore_errors=True)
+        if self.folder.exists():
+            show(f"gpu-run: could not remove all of {self.folder}")
+        else:
+            show(f"gpu-run: removed {self.folder} (the unpacked suite"
+                 + ("; the archive holds this run's files)" if ran else ")"))
+        self.folder = None
+
+    def _why_kept(self) -> str | None:
+        """Why the folder must stay when --out holds this run's files; None once the archive holds them."""
+        out = self.out
+        archive = self.archive
+        try:
+            written = archive is not None and archive.is_file() and archive.stat().st_size > 0
+        except OSError:
+            written = False
+        if not written:
+            return f"{out} holds this run's files and no archive of them was written"
+        try:
+            write_archive(out, archive)
+            with tarfile.open(archive) as tar:
+                held = {m.name: m.size for m in tar.getmembers() if m.isfile()}
+            files = [p for p in _archived(out, archive) if p.is_file()]
+            lacking = [p for p in files if held.get(f"{out.name}/{p.relative_to(out)}") != p.stat().st_size]
+        except (OutputError, OSError, tarfile.TarError) as exc:
+            return f"the archive {archive} could not be brought up to date ({' '.join(str(exc).split())})"
+        if lacking:
+            return f"the archive {archive} lacks {lacking[0].relative_to(out)} as it is in {out}"
+        return None
+
+
 def check_pytest_args(args: Sequence[str], env: dict) -> None:
     """Bad input: a pytest option of :data:`OWN_OPTIONS` after ``--`` or in PYTEST_ADDOPTS."""
     try:
@@ -1144,9 +1251,11 @@ class _Handlers:
 def main(argv: Sequence[str] | None = None, *, root: Path | None = None) -> int:
     start = time.monotonic()
     argv = list(sys.argv[1:] if argv is None else argv)
+    scratch = Scratch(None)
     try:
         with _Handlers():
-            return _main(argv, root, start)
+            scratch = Scratch.from_argv(argv)
+            return _main(argv, root, start, scratch)
     except BadInput as exc:
         line = f"{PROG}: error: {' '.join(str(exc).split())}"
         Console.log(line + "\n")
@@ -1161,6 +1270,7 @@ def main(argv: Sequence[str] | None = None, *, root: Path | None = None) -> int:
     finally:
         Console.close()
         HURRY.clear()
+        scratch.leave()
 
 
 def _error(line: str) -> None:
@@ -1170,7 +1280,7 @@ def _error(line: str) -> None:
         pass
 
 
-def _main(argv: list[str], root: Path | None, start: float) -> int:
+def _main(argv: list[str], root: Path | None, start: float, scratch: Scratch) -> int:
     own, pytest_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     args = parser().parse_args(own)
     steps = _steps(args.steps)
@@ -1212,6 +1322,7 @@ def _main(argv: list[str], root: Path | None, start: float) -> int:
 
     out = _out_dir(args.out, root, checkout)
     archive = _archive_path(args.archive)
+    scratch.take(args, out, archive)
     claim = Claim.take(out, archive, args.out or str(out))
     try:
         return _session(claim, argv, args, steps, workers, clock, wheels, alert_tests, root, checkout,

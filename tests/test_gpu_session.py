@@ -126,8 +126,8 @@ def test_the_session_refuses_a_machine_without_a_gpu_in_one_line_and_keeps_its_r
     """The pack's run script as a device call runs it, into an OUT whose name holds a quote and a
     dollar: nothing of it runs as shell code; torch sees no GPU (hidden), so the session stops at
     once with one line naming torch's build and the driver, and the archive in OUT says so. The
-    script unpacks the suite under TMPDIR and leaves it there (the lent machine's is thrown away
-    with it): here, this test's folder."""
+    script unpacks the suite under TMPDIR (here, this test's folder), and gpu-run removes that
+    folder when it ends, its archive whole."""
     out = tmp_path / "out 'q' $(touch pwned)"
     temp = tmp_path / "temp"
     temp.mkdir()
@@ -139,6 +139,9 @@ def test_the_session_refuses_a_machine_without_a_gpu_in_one_line_and_keeps_its_r
     assert line.startswith("detconf gpu-run: error: device 'cuda' is not available here: torch ")
     assert "sees no GPU" in line and ("driver" in line or "nvidia-smi" in line)
     assert f"run: suite unpacked in {temp}{os.sep}detconf-gpu." in run.stdout
+    [removed] = [l for l in run.stdout.splitlines() if l.startswith("gpu-run: removed ")]
+    assert removed.startswith(f"gpu-run: removed {temp}{os.sep}detconf-gpu.") and "the archive holds" in removed
+    assert list(temp.iterdir()) == []
     assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
     [archive] = out.glob("gpu-run-*.tar.gz")
     got = members(archive)
@@ -156,6 +159,7 @@ def test_the_session_refuses_a_machine_without_a_gpu_in_one_line_and_keeps_its_r
     [second] = [p for p in out.glob("gpu-run-*.tar.gz") if p != archive]
     assert archive.read_bytes() == first
     assert "--budget 100" in members(second)["COMMAND.md"].decode()
+    assert list(temp.iterdir()) == []
 
 
 def test_the_run_script_needs_its_out_argument(pack):
@@ -285,12 +289,13 @@ def test_sigterm_at_any_point_leaves_whole_records_and_the_archive(tmp_path, del
     description, or while a step runs (``step``: once the step's log has its first output, its
     test then sleeps): steps.json, COMMAND.md, machine.json and the archive are whole, the step's
     results end with an end record, and the exit status is 143."""
-    out = tmp_path / "run"
+    scratch = _scratch(tmp_path)  # as the pack's run script runs it: --out inside, removed at the end
+    out, archive = scratch / "run", tmp_path / "run.tar.gz"
     narrow = "test_sigterm_target_sleeps"
     env = {**PYTHON_ENV, "DETCONF_SLEEP_TARGET": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "detconf", "gpu-run", "--steps", "tests", "--device", "cpu", "-n", "0",
-                             "--quiet", "--out", str(out), "--", *collecting_only("test_gpu_session.py"), "-k", narrow,
-                             "tests/test_gpu_session.py"],
+                             "--quiet", "--out", str(out), "--archive", str(archive), "--scratch", str(scratch),
+                             "--", *collecting_only("test_gpu_session.py"), "-k", narrow, "tests/test_gpu_session.py"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if delay == "step":
         log, deadline = out / "logs" / "tests.log", time.monotonic() + 120
@@ -303,11 +308,13 @@ def test_sigterm_at_any_point_leaves_whole_records_and_the_archive(tmp_path, del
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 143, stdout + stderr
     if delay == "step":  # stopped while the step ran
-        assert "stopped by SIGTERM" in stderr + stdout and out.exists()
-    if not out.exists():  # stopped before the folder was made: said, nothing to keep
+        assert "stopped by SIGTERM" in stderr + stdout and archive.exists()
+    assert not scratch.exists(), stdout  # removed whatever the phase: nothing of the run is only there
+    if not archive.exists():  # stopped before the output folder was made: said, nothing to keep
         assert "stopped" in stderr
         return
-    got = members(out / "run.tar.gz")
+    assert f"gpu-run: removed {scratch} (the unpacked suite; the archive holds this run's files)" in stdout
+    got = members(archive)
     assert {"steps.json", "COMMAND.md", "machine.json", "console.log", "requirements.json"} <= set(got)
     assert "state: stopped by SIGTERM after" in got["COMMAND.md"].decode()
     steps = json.loads(got["steps.json"])
@@ -318,6 +325,115 @@ def test_sigterm_at_any_point_leaves_whole_records_and_the_archive(tmp_path, del
 @pytest.mark.skipif(not os.environ.get("DETCONF_SLEEP_TARGET"), reason="the target of the SIGTERM test's step")
 def test_sigterm_target_sleeps():
     time.sleep(60)
+
+
+# --- the unpacked folder ------------------------------------------------------------------------
+
+
+def _scratch(tmp_path: Path) -> Path:
+    """A folder as the pack's run script makes it: its mark and an unpacked suite (here, a file)."""
+    scratch = tmp_path / "scratch"
+    (scratch / "tree").mkdir(parents=True)
+    (scratch / gpurun.SCRATCH_MARK).touch()
+    (scratch / "tree" / "suite.py").write_text("# the unpacked suite\n")
+    return scratch
+
+
+def test_the_unpacked_folder_goes_once_the_archive_holds_the_run_and_stays_when_it_cannot(tmp_path, quick, capsys,
+                                                                                           monkeypatch):
+    """The archive is brought up to date at the end (the lines said after the last records are in
+    its console.log), then the folder is removed; a disk that fills at that moment keeps it, said
+    in a line (the run's files are there and nowhere else)."""
+    req = tmp_path / "none.txt"
+    req.write_text("")
+    quick["documented"] = [sys.executable, "-c", "print('hello')"]  # tested nothing: said after the last step
+    scratch = _scratch(tmp_path)
+    archive = tmp_path / "keep" / "run.tar.gz"
+    archive.parent.mkdir()
+    argv = ["--steps", "documented", "--out", str(scratch / "run"), "--archive", str(archive), "--scratch",
+            str(scratch), "--requirements", str(req), "--quiet"]
+    assert gpurun.main(argv, root=ROOT) == 1
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-1] == f"gpu-run: removed {scratch} (the unpacked suite; the archive holds this run's files)"
+    assert not scratch.exists()
+    console = members(archive)["console.log"].decode()
+    assert console.endswith(printed[-2] + "\n") and "tested-nothing" in printed[-2]
+
+    scratch = _scratch(tmp_path)
+    archive = tmp_path / "keep" / "again.tar.gz"
+    argv[argv.index("--archive") + 1] = str(archive)
+    write = gpurun.write_archive
+
+    def full_at_the_end(out, to=None):
+        if gpurun.Console.sink is None:  # the console is closed: the last archive, when the run ends
+            raise gpurun.OutputError(f"{to}: No space left on device")
+        return write(out, to)
+
+    monkeypatch.setattr(gpurun, "write_archive", full_at_the_end)
+    assert gpurun.main(argv, root=ROOT) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"gpu-run: kept {scratch}: the archive {archive} could not be brought up to date ({archive}: No space left "
+        "on device)")
+    assert (scratch / "run" / "steps.json").is_file() and (scratch / "tree" / "suite.py").is_file()
+
+
+def test_a_file_still_growing_after_the_last_archive_keeps_the_unpacked_folder(tmp_path, quick, capsys, monkeypatch):
+    """Something a step left behind still writes into --out after the last archive: the archive
+    does not hold the file as it is, so the folder stays, said in a line naming the file."""
+    req = tmp_path / "none.txt"
+    req.write_text("")
+    quick["documented"] = [sys.executable, "-c", "print('hello')"]
+    scratch = _scratch(tmp_path)
+    archive = tmp_path / "run.tar.gz"
+    write = gpurun.write_archive
+
+    def then_a_late_line(out, to=None):
+        done = write(out, to)
+        if gpurun.Console.sink is None:  # the last archive: a late writer appends to a step's log
+            with open(out / "logs" / "documented.log", "a") as log:
+                log.write("late\n")
+        return done
+
+    monkeypatch.setattr(gpurun, "write_archive", then_a_late_line)
+    gpurun.main(["--steps", "documented", "--out", str(scratch / "run"), "--archive", str(archive), "--scratch",
+                 str(scratch), "--requirements", str(req), "--quiet"], root=ROOT)
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"gpu-run: kept {scratch}: the archive {archive} lacks logs/documented.log as it is in {scratch / 'run'}")
+    assert (scratch / "run" / "logs" / "documented.log").read_text().endswith("late\n")
+
+
+@pytest.mark.parametrize("case,needle", [
+    ("unmarked", "--scratch {scratch}: not a folder the pack's run script made (it holds .detconf-gpu-scratch); "
+                 "gpu-run removes only such a folder"),
+    ("archive inside", "--scratch {scratch}: give an --archive outside it (the folder is removed when the run ends)"),
+    ("no archive", "--scratch {scratch}: give an --archive outside it (the folder is removed when the run ends)"),
+    ("out outside", "--scratch {scratch}: --out must be inside it"),
+    ("abbreviated", "--scratch: write the option in full (--scratch DIR)"),
+])
+def test_a_scratch_folder_gpu_run_did_not_get_from_the_run_script_is_refused_and_kept(case, needle, tmp_path, capsys):
+    """Removed only where the run script's mark is, --out inside it and the archive outside."""
+    scratch = _scratch(tmp_path)
+    if case == "unmarked":
+        (scratch / gpurun.SCRATCH_MARK).unlink()
+    out = tmp_path / "elsewhere" if case == "out outside" else scratch / "run"
+    archive = [] if case == "no archive" else [
+        "--archive", str(scratch / "run.tar.gz" if case == "archive inside" else tmp_path / "run.tar.gz")]
+    option = "--scr" if case == "abbreviated" else "--scratch"
+    code = gpurun.main(["--steps", "sweep", "--out", str(out), *archive, option, str(scratch)], root=ROOT)
+    assert code == 2
+    assert capsys.readouterr().err == f"detconf gpu-run: error: {needle.format(scratch=scratch)}\n"
+    assert (scratch / "tree" / "suite.py").is_file() and not out.exists()
+
+
+def test_a_run_refused_for_another_option_still_removes_its_unpacked_folder(tmp_path, capsys):
+    """A typo in the options given to the pack's run script: refused in one line, and the
+    unpacked suite (nothing of the run in it) does not stay behind."""
+    scratch = _scratch(tmp_path)
+    code = gpurun.main(["--out", str(scratch / "run"), "--archive", str(tmp_path / "run.tar.gz"), "--scratch",
+                        str(scratch), "--budget", "5"], root=ROOT)
+    assert code == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert not scratch.exists() and not (tmp_path / "run.tar.gz").exists()
 
 
 def test_missing_wheels_are_written_into_the_output_folder_with_the_download_that_fetches_them(tmp_path):
