@@ -888,8 +888,8 @@ def parser() -> argparse.ArgumentParser:
                    help="passed to pip install (repeatable), e.g. --pip-option=--user")
     p.add_argument("--quiet", action="store_true", help="steps' output to logs/ only, not to the terminal")
     p.add_argument("--scratch", metavar="DIR",
-                   help=f"a folder the pack's run script made (it holds {SCRATCH_MARK}), with --out inside it and "
-                        "--archive outside: removed when the run ends, once the archive holds every file of --out "
+                   help=f"a folder the pack's run script made (it holds {SCRATCH_MARK}), --archive outside it: "
+                        "removed when the run ends, once the archive holds every file of an --out inside it "
                         "(kept, with a line, when it does not)")
     return p
 
@@ -1066,7 +1066,8 @@ class Claim:
 
 class Scratch:
     """``--scratch DIR``: the folder the pack's run script made for this session (it holds
-    :data:`SCRATCH_MARK`, the unpacked suite and ``--out``; the archive is written outside it).
+    :data:`SCRATCH_MARK`, the unpacked suite and, unless the caller named another, ``--out``; the
+    archive is written outside it).
     When the run ends the folder is removed if nothing of the run would go with it: ``--out``
     holds nothing of the run, or the archive, brought up to date once more (the lines said after
     the last records), holds every file of ``--out`` at its size. Else it is kept, with a line
@@ -1099,8 +1100,8 @@ class Scratch:
         return cls(folder, text)
 
     def take(self, args: argparse.Namespace, out: Path, archive: Path | None) -> None:
-        """The run's --out and --archive: the first inside the folder, the second outside it (else
-        bad input, and the folder is left as it is)."""
+        """The run's --out (inside the folder or not) and --archive (outside it, else bad input,
+        and the folder is left as it is)."""
         if self.folder is None:
             if args.scratch is not None:
                 raise BadInput("--scratch: write the option in full (--scratch DIR)")
@@ -1109,9 +1110,9 @@ class Scratch:
         if archive is None or archive.resolve().is_relative_to(folder.resolve()):
             raise BadInput(f"--scratch {self.text}: give an --archive outside it (the folder is removed when the "
                            "run ends)")
-        if not out.resolve().is_relative_to(folder.resolve()):
-            raise BadInput(f"--scratch {self.text}: --out must be inside it")
-        self.folder, self.out, self.archive = folder, out, archive
+        self.folder, self.archive = folder, archive
+        if out.resolve().is_relative_to(folder.resolve()):
+            self.out = out  # else nothing of the run is in the folder
 
     def leave(self) -> None:
         if self.folder is None or not self.folder.is_dir():

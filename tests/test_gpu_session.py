@@ -407,7 +407,6 @@ def test_a_file_still_growing_after_the_last_archive_keeps_the_unpacked_folder(t
                  "gpu-run removes only such a folder"),
     ("archive inside", "--scratch {scratch}: give an --archive outside it (the folder is removed when the run ends)"),
     ("no archive", "--scratch {scratch}: give an --archive outside it (the folder is removed when the run ends)"),
-    ("out outside", "--scratch {scratch}: --out must be inside it"),
     ("abbreviated", "--scratch: write the option in full (--scratch DIR)"),
 ])
 def test_a_scratch_folder_gpu_run_did_not_get_from_the_run_script_is_refused_and_kept(case, needle, tmp_path, capsys):
@@ -415,7 +414,7 @@ def test_a_scratch_folder_gpu_run_did_not_get_from_the_run_script_is_refused_and
     scratch = _scratch(tmp_path)
     if case == "unmarked":
         (scratch / gpurun.SCRATCH_MARK).unlink()
-    out = tmp_path / "elsewhere" if case == "out outside" else scratch / "run"
+    out = scratch / "run"
     archive = [] if case == "no archive" else [
         "--archive", str(scratch / "run.tar.gz" if case == "archive inside" else tmp_path / "run.tar.gz")]
     option = "--scr" if case == "abbreviated" else "--scratch"
@@ -423,6 +422,20 @@ def test_a_scratch_folder_gpu_run_did_not_get_from_the_run_script_is_refused_and
     assert code == 2
     assert capsys.readouterr().err == f"detconf gpu-run: error: {needle.format(scratch=scratch)}\n"
     assert (scratch / "tree" / "suite.py").is_file() and not out.exists()
+
+
+def test_an_out_folder_named_elsewhere_stays_and_the_unpacked_folder_goes(tmp_path, quick, capsys):
+    """The pack's run script given another --out: the run's files are there, the unpacked folder
+    holds nothing of the run and is removed."""
+    req = tmp_path / "none.txt"
+    req.write_text("")
+    quick["documented"] = [sys.executable, "-c", "print('hello')"]
+    scratch = _scratch(tmp_path)
+    out = tmp_path / "mine"
+    gpurun.main(["--steps", "documented", "--out", str(out), "--archive", str(tmp_path / "run.tar.gz"), "--scratch",
+                 str(scratch), "--requirements", str(req), "--quiet"], root=ROOT)
+    assert capsys.readouterr().out.splitlines()[-1] == f"gpu-run: removed {scratch} (the unpacked suite)"
+    assert not scratch.exists() and (out / "steps.json").is_file() and (tmp_path / "run.tar.gz").is_file()
 
 
 def test_a_run_refused_for_another_option_still_removes_its_unpacked_folder(tmp_path, capsys):
