@@ -610,7 +610,7 @@ def _judge(case: Case, backend: Backend, *, runs: int, hypothesis_settings: sett
             rec = _judged(case, expected, Observation(unsupported=lack, check=is_check), {"unsupported": lack})
             row.update(verdict=rec.verdict, observed=rec.observed, examples=0, runs=0, detail=rec.detail)
             return _finish(row, started)
-        compiler = Compiler(case.compile)
+        compiler = Compiler(case.compile, backend.inductor_codegen)
 
     examples = 0
     peer = _peer(backend) if not is_check else None

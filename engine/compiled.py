@@ -37,12 +37,17 @@ from detconf.vocabulary import COMPILERS
 from detconf.engine.determinism import environment
 from detconf.engine.trace import reached
 
-__all__ = ["CompileSnapshot", "Compiler", "compile_unavailable", "compiled_reach", "flushes_denormals",
-           "is_compile_failure", "keeping_denormals", "private_cache", "CACHE_ENV_VARS"]
+__all__ = ["CompileSnapshot", "Compiler", "ask_vector_isa", "compile_unavailable", "compiled_reach",
+           "flushes_denormals", "is_compile_failure", "keeping_denormals", "private_cache", "CACHE_ENV_VARS",
+           "OUTSIDE_CACHE_VAR"]
 
 #: Environment variables that point compiled artefacts somewhere: the plugin sets them to a
 #: run-private folder so that a run neither reads nor leaves another run's kernels.
 CACHE_ENV_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+#: Set by :func:`private_cache` (xdist's workers inherit it): the Inductor cache folder the
+#: environment named before the private one, "" where it named none (torch's default folder).
+#: :func:`ask_vector_isa` asks Inductor about the CPU there.
+OUTSIDE_CACHE_VAR = "DETCONF_INDUCTOR_CACHE_OUTSIDE"
 
 
 def compile_unavailable(setting: str, codegen: str | None) -> str | None:
@@ -90,13 +95,70 @@ def is_compile_failure(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def private_cache(prefix: str = "detconf-compile-") -> Iterator[str]:
-    """A fresh folder for compiled artefacts, named in :data:`CACHE_ENV_VARS` while the body runs."""
+    """A fresh folder for compiled artefacts, named in :data:`CACHE_ENV_VARS` while the body runs
+    (and the folder named before it in :data:`OUTSIDE_CACHE_VAR`)."""
     folder = tempfile.mkdtemp(prefix=prefix)
+    outside = os.environ.get(OUTSIDE_CACHE_VAR, os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""))
     try:
-        with environment({"TORCHINDUCTOR_CACHE_DIR": folder, "TRITON_CACHE_DIR": os.path.join(folder, "triton")}):
+        with environment({"TORCHINDUCTOR_CACHE_DIR": folder, "TRITON_CACHE_DIR": os.path.join(folder, "triton"),
+                          OUTSIDE_CACHE_VAR: outside}):
             yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+_vector_isa_asked = False
+_vector_isa_problem: str | None = None  # set once the answer left Inductor in the wrong folder
+
+
+def ask_vector_isa(ask: bool = True) -> bool:
+    """Ask Inductor, once per process, which vector instruction sets the CPU has, in the cache
+    folder outside the run's private one (:data:`OUTSIDE_CACHE_VAR`); True when asked there.
+    ``ask=False`` (a graph for another device) only raises where an earlier answer went wrong.
+
+    Inductor's first C++ compile in a process builds and loads a probe per instruction set in its
+    cache folder and keeps the answer for the process's life; in a run's empty private folder
+    that cost 8.5 to 10.6 s of a first compile (2-core sandbox), against about 1 s where the
+    probes are already built. The probes depend on the compiler, its flags and torch's version
+    (Inductor's key for them), not on anything a case compiles, so they are built once where any
+    ``torch.compile`` of this environment keeps them; the run's kernels stay in its private
+    folder, which torch is asked for afterwards: a torch that kept the other folder is a
+    ``RuntimeError`` here, for that compile and every later one of the process. Not asked where
+    no private folder was made (nothing then sets the variable): Inductor asks where it
+    compiles, as without the suite."""
+    global _vector_isa_asked, _vector_isa_problem
+    if _vector_isa_problem is not None:
+        raise RuntimeError(_vector_isa_problem)  # every later compile of the process: its kernels would go there too
+    if _vector_isa_asked or not ask:
+        return False
+    _vector_isa_asked = True
+    outside = os.environ.get(OUTSIDE_CACHE_VAR)
+    private = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if outside is None or not private:
+        return False
+    try:
+        from torch._inductor import cpu_vec_isa
+
+        with environment({"TORCHINDUCTOR_CACHE_DIR": outside or None}):  # unset: torch's default folder
+            cpu_vec_isa.valid_vec_isa_list()
+    except Exception:  # noqa: BLE001 - Inductor asks again where it compiles (it keeps answers, not failures)
+        return False
+    now = _inductor_cache_dir()
+    if now is not None and os.path.realpath(now) != os.path.realpath(private):
+        _vector_isa_problem = (f"Inductor kept the cache folder it was asked about the CPU in ({now}) instead of the "
+                               f"run's own ({private}): this torch would put the run's kernels there")
+        raise RuntimeError(_vector_isa_problem)
+    return True
+
+
+def _inductor_cache_dir() -> str | None:
+    """The folder Inductor writes into now (torch's own answer), None where this torch cannot say."""
+    for name in ("torch._inductor.runtime.cache_dir_utils", "torch._inductor.runtime.runtime_utils"):
+        try:
+            return importlib.import_module(name).cache_dir()
+        except (ImportError, AttributeError):
+            continue
+    return None
 
 
 def _graph_ops(gm: Any) -> Counter:
@@ -141,10 +203,12 @@ class Compiler:
     program's function, and :meth:`run` around each run to get its :class:`CompileSnapshot`.
     """
 
-    def __init__(self, setting: str) -> None:
+    def __init__(self, setting: str, codegen: str | None = None) -> None:
         if setting not in COMPILERS or setting == "eager":
             raise ValueError(f"a Compiler needs a compile backend ({', '.join(COMPILERS[1:])}), got {setting!r}")
         self.setting = setting
+        #: The device's Inductor code generator (``cpp``: :func:`ask_vector_isa` at a case's start).
+        self.codegen = codegen
         self.compile_s = 0.0
         self.graphs: list[_Graph] = []
         self._current: _Graph | None = None
@@ -227,6 +291,8 @@ class Compiler:
     # -- use
     @contextlib.contextmanager
     def case(self) -> Iterator["Compiler"]:
+        if self.setting == "inductor":
+            ask_vector_isa(ask=self.codegen == "cpp")  # a RuntimeError where torch kept the other folder
         dynamo = importlib.import_module("torch._dynamo")
         dynamo.reset()
         _graph_break_counter().clear()

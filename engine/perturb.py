@@ -38,6 +38,7 @@ from typing import Callable, Iterator
 import torch
 
 from detconf.engine.backends import HOST
+from detconf.engine.compiled import OUTSIDE_CACHE_VAR
 from detconf.engine.fingerprint import sha256, tensor_bytes
 
 __all__ = ["DISTORTIONS", "PERTURBATIONS", "Perturber", "ProcessSetup", "distortion_variable", "enter_process",
@@ -135,6 +136,7 @@ def enter_process(setup: ProcessSetup, cache_root: str) -> dict:
     cache = tempfile.mkdtemp(prefix=f"inductor-{setup.index}-", dir=cache_root)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
     os.environ["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
+    os.environ.pop(OUTSIDE_CACHE_VAR, None)  # empty for all Inductor asks: its CPU probes too
     applied.append("empty-compile-cache")
     seed = int.from_bytes(os.urandom(8), "little")
     random.seed(seed)  # a forked process would repeat its parent's stream

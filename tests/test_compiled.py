@@ -454,3 +454,96 @@ def test_the_rerun_command_of_a_compiled_case_keeps_the_compile_setting():
     assert "--compile eager --compile inductor" in rerun and "-cpu-error-inductor]" in rerun
     option.detconf_compile = None  # eager only: nothing to add, the ids have no suffix
     assert "--compile" not in rerun_command(config, node)
+
+
+# -- Inductor's question about the CPU, asked outside the run's own cache folder ---------------
+@pytest.fixture
+def not_asked_yet(monkeypatch):
+    """:func:`ask_vector_isa` as in a process that has not asked; Inductor's answer faked: the
+    list holds the cache folder each question was asked in (None: torch's default)."""
+    import os
+
+    from torch._inductor import cpu_vec_isa
+
+    from detconf.engine import compiled
+
+    monkeypatch.setattr(compiled, "_vector_isa_asked", False)
+    monkeypatch.setattr(compiled, "_vector_isa_problem", None)
+    asked: list = []
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list",
+                        lambda: asked.append(os.environ.get("TORCHINDUCTOR_CACHE_DIR")) or [])
+    monkeypatch.delenv(compiled.OUTSIDE_CACHE_VAR, raising=False)
+    return asked
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_the_cpus_vector_sets_are_asked_once_in_the_folder_named_before_the_runs_own(named, not_asked_yet, monkeypatch,
+                                                                                    tmp_path):
+    import os
+
+    from detconf.engine import compiled
+    from detconf.engine.compiled import OUTSIDE_CACHE_VAR, ask_vector_isa, private_cache
+
+    if named:
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    else:
+        monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    with private_cache() as folder:
+        assert os.environ[OUTSIDE_CACHE_VAR] == (str(tmp_path / "mine") if named else "")
+        with private_cache() as inner:  # a folder inside a run's own keeps what the run found
+            assert os.environ[OUTSIDE_CACHE_VAR] == (str(tmp_path / "mine") if named else "")
+        assert ask_vector_isa(ask=False) is False and not_asked_yet == []  # a graph for another device
+        assert ask_vector_isa() is True
+        assert not_asked_yet == [str(tmp_path / "mine") if named else None]  # None: torch's default folder
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == folder != inner
+        assert ask_vector_isa() is False and len(not_asked_yet) == 1  # once per process
+    assert OUTSIDE_CACHE_VAR not in os.environ
+    monkeypatch.setattr(compiled, "_vector_isa_asked", False)
+    assert ask_vector_isa() is False and len(not_asked_yet) == 1  # no run's own folder: Inductor asks where it compiles
+
+
+@needs_inductor
+def test_a_torch_that_keeps_the_folder_it_was_asked_in_makes_every_inductor_case_a_harness_error(not_asked_yet,
+                                                                                                 monkeypatch, tmp_path):
+    from detconf.engine import compiled
+
+    outside = str(tmp_path / "outside")
+    monkeypatch.setattr(compiled, "_inductor_cache_dir", lambda: outside)  # as a torch that memoized it would answer
+    with compiled.private_cache() as folder:
+        rows = [run("planted.alert_swallowed_when_compiled", "raises", "error", "inductor") for _ in range(2)]
+    for row in rows:
+        assert row["verdict"] == "harness-error", row["detail"]
+        assert (f"Inductor kept the cache folder it was asked about the CPU in ({outside}) instead of the run's own "
+                f"({folder})") in row["detail"]["error"]
+    assert len(not_asked_yet) == 1
+
+
+@needs_inductor
+def test_a_run_builds_no_probe_of_the_cpu_in_its_own_folder_and_keeps_its_kernels_there(tmp_path):
+    """In a fresh process (Inductor keeps its answer for the process's life): the first Inductor
+    case's question goes to torch's default folder; the kernel the case compiles is built in the
+    run's own folder, with none of Inductor's probes beside it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "one_compile.py"
+    script.write_text("""
+import json, os, sys
+import torch
+from torch._inductor.cpu_vec_isa import VecISA
+from detconf.engine.compiled import Compiler, private_cache
+with private_cache() as folder:
+    compiler = Compiler("inductor", "cpp")
+    with compiler.case():
+        compiler.compile(lambda x: (x.sin() * 3).cumsum(0))(torch.randn(16))
+    sources = [os.path.join(d, f) for d, _, fs in os.walk(folder) for f in fs if f.endswith(".cpp")]
+    probe = VecISA._avx_code.strip()  # the source Inductor builds per instruction set
+    print(json.dumps({"sources": len(sources), "probes": sum(probe in open(p).read() for p in sources)}))
+""")
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "PYTEST_XDIST_WORKER")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1].parent) + ":" + env.get("PYTHONPATH", "")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["sources"] >= 1 and found["probes"] == 0, found

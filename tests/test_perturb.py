@@ -181,3 +181,35 @@ def test_a_process_that_failed_and_shrank_keeps_its_verdict_not_a_harness_error(
     row = merge_rows(case("planted.deterministic"), rows)
     assert row["verdict"] == "wrong-result"
     assert "process 0 failed on its own (wrong-result)" in row["detail"]["across_processes"]["not_compared"]
+
+
+def test_a_perturbed_process_asks_inductor_everything_in_its_own_empty_cache(monkeypatch, tmp_path):
+    """Its empty compile cache holds Inductor's question about the CPU too (a run's processes
+    ask it outside their run's own folder: engine.compiled.ask_vector_isa)."""
+    import os
+    import random
+
+    import torch
+
+    from detconf.engine.compiled import OUTSIDE_CACHE_VAR
+    from detconf.engine.perturb import ProcessSetup, enter_process
+
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        monkeypatch.setenv(name, "/the-runs-own")
+    monkeypatch.setenv(OUTSIDE_CACHE_VAR, "")
+    variable = distortion_variable()
+    if variable is not None:
+        from torch._inductor import config
+
+        monkeypatch.setenv(variable, "")
+        monkeypatch.setattr(config.test_configs, "distort_benchmarking_result",
+                            config.test_configs.distort_benchmarking_result)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # this worker's threads stay as they are
+    state = random.getstate()
+    try:
+        applied = enter_process(ProcessSetup(index=0, threads=1), str(tmp_path))
+    finally:
+        random.setstate(state)
+    assert "empty-compile-cache" in applied["perturbations"]
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"].startswith(str(tmp_path / "inductor-0-"))
+    assert OUTSIDE_CACHE_VAR not in os.environ
