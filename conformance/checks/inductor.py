@@ -262,7 +262,7 @@ def compiled_function_repeats(draw, entry, device: torch.device, mode: str) -> C
     index = torch.randint(0, bins, (UPDATES,), generator=g).to(device)
     index2d = torch.randint(0, bins, (UPDATES, COLS), generator=g).to(device)
     src = torch.randn(UPDATES, COLS, generator=g).to(device)
-    compiler = Compiler("inductor", "cpp" if device.type == "cpu" else None)
+    compiler = Compiler("inductor", inductor_codegen(device.type))
     with preserved_global_state():
         enter_mode(mode)
         inductor_on = _inductor_setting()
