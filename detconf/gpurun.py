@@ -1099,12 +1099,15 @@ class Scratch:
                            "gpu-run removes only such a folder")
         return cls(folder, text)
 
-    def take(self, args: argparse.Namespace, out: Path, archive: Path | None) -> None:
+    def spelled(self, args: argparse.Namespace) -> None:
+        """Bad input where the parser took an abbreviation of the option (never removed)."""
+        if self.folder is None and args.scratch is not None:
+            raise BadInput("--scratch: write the option in full (--scratch DIR)")
+
+    def take(self, out: Path, archive: Path | None) -> None:
         """The run's --out (inside the folder or not) and --archive (outside it, else bad input,
         and the folder is left as it is)."""
         if self.folder is None:
-            if args.scratch is not None:
-                raise BadInput("--scratch: write the option in full (--scratch DIR)")
             return
         folder, self.folder = self.folder, None
         if archive is None or archive.resolve().is_relative_to(folder.resolve()):
@@ -1284,6 +1287,7 @@ def _error(line: str) -> None:
 def _main(argv: list[str], root: Path | None, start: float, scratch: Scratch) -> int:
     own, pytest_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     args = parser().parse_args(own)
+    scratch.spelled(args)
     steps = _steps(args.steps)
     workers = _workers(args.workers)
     clock = Clock(_budget(args.budget), start)
@@ -1323,7 +1327,7 @@ def _main(argv: list[str], root: Path | None, start: float, scratch: Scratch) ->
 
     out = _out_dir(args.out, root, checkout)
     archive = _archive_path(args.archive)
-    scratch.take(args, out, archive)
+    scratch.take(out, archive)
     claim = Claim.take(out, archive, args.out or str(out))
     try:
         return _session(claim, argv, args, steps, workers, clock, wheels, alert_tests, root, checkout,
