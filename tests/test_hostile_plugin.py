@@ -488,12 +488,14 @@ def pytest_sessionstart(session):
 @pytest.mark.parametrize("order,error,status", [
     ("trylast", "KeyboardInterrupt()", 2),
     ("trylast", "pytest.UsageError('late')", 4),
+    ("trylast", "pytest.exit('asked to stop', returncode=0)", 1),  # planned cases, none run: never 0
     ("tryfirst", "KeyboardInterrupt()", None),  # before the suite's plugin saw the session: no exit status
 ])
 def test_a_run_stopped_while_its_session_starts_still_ends_its_results(order, error, status, tmp_path):
-    """An interrupt (what gpu-run sends a step its budget or a signal stops) or a usage error
-    while the session starts: pytest finishes no session, and the results file still ends with
-    the run's end record, incomplete, every planned case missing (a file without one was killed)."""
+    """An interrupt (what gpu-run sends a step its budget or a signal stops), a usage error or a
+    plugin's pytest.exit while the session starts: pytest finishes no session, and the results
+    file still ends with the run's end record, incomplete, every planned case missing (a file
+    without one was killed); a run that planned cases and ran none never exits 0."""
     (tmp_path / "stop_at_start.py").write_text(STOP_AT_START.format(order=order, error=error))
     results = tmp_path / "r.jsonl"
     out = run_pytest(*SIXTEEN, "-p", "stop_at_start", "--no-report-build", "--results", str(results),
