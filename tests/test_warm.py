@@ -807,7 +807,7 @@ _seen = {
 def pytest_configure(config):
     if not hasattr(config, "workerinput") and os.environ.get("PLANT_ENV"):
         # the controller changes a variable before its workers start
-        os.environ[os.environ["PLANT_ENV"]] = "3"
+        os.environ[os.environ["PLANT_ENV"]] = os.environ.get("PLANT_VALUE", "3")
 def pytest_sessionfinish(session):
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
@@ -819,14 +819,18 @@ def pytest_sessionfinish(session):
 '''
 
 
-def _worker_probe(tmp_path: Path, name: str, plant: str | None = None) -> tuple[list[dict], list[dict]]:
-    """A one-worker run with a probe plugin: what its worker saw, and the log's lines of its workers."""
+def _worker_probe(tmp_path: Path, name: str, plant: str | None = None,
+                  value: str | None = None) -> tuple[list[dict], list[dict]]:
+    """A one-worker run with a probe plugin: what its worker saw, and the log's lines of its
+    workers. ``plant``: a variable the controller sets (to ``value``, default "3") before its
+    worker starts."""
     folder = tmp_path / f"probe-{name}"
     folder.mkdir()
     (folder / "worker_probe.py").write_text(WORKER_PROBE, encoding="utf-8")
     log = tmp_path / f"{name}.log"
     extra = {"PYTHONPATH": str(folder), "PROBE_DIR": str(folder), "PROBE_OUT": str(tmp_path / f"{name}.json"),
-             "WARM_MARKER": name, "DETCONF_TESTS_WARM_LOG": str(log), **({"PLANT_ENV": plant} if plant else {})}
+             "WARM_MARKER": name, "DETCONF_TESTS_WARM_LOG": str(log), **({"PLANT_ENV": plant} if plant else {}),
+             **({"PLANT_VALUE": value} if value is not None else {})}
     args = [a if a != "0" else "1" for a in TWO]  # -n 1
     out = warm.run([sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-p", "worker_probe",
                     *args, "--results", str(tmp_path / f"{name}.jsonl")], env=_env(extra), timeout=240,
@@ -861,9 +865,12 @@ def test_the_workers_of_a_forked_run_are_forked_and_see_what_fresh_workers_see(t
 def test_a_worker_whose_compile_cache_folder_changed_is_forked(tmp_path):
     """The compile cache folder is read when a kernel is compiled, not at import: the plugin
     points it at the run's own folder before the workers start, and they are forked all the same."""
-    seen, lines = _worker_probe(tmp_path, "cache", plant="TORCHINDUCTOR_CACHE_DIR")
+    # A folder of this test's own: torch 2.15's worker makes the folder it is told of (a relative
+    # "3" was made in the checkout's root).
+    folder = str(tmp_path / "cache-3")
+    seen, lines = _worker_probe(tmp_path, "cache", plant="TORCHINDUCTOR_CACHE_DIR", value=folder)
     assert [(line["warm"], line["why"]) for line in lines] == [(True, None)]
-    assert seen[0]["cache"] == "3"
+    assert seen[0]["cache"] == folder
 
 
 ZYGOTE = '''
