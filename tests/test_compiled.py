@@ -523,6 +523,7 @@ def test_a_run_builds_no_probe_of_the_cpu_in_its_own_folder_and_keeps_its_kernel
     """In a fresh process (Inductor keeps its answer for the process's life): the first Inductor
     case's question goes to torch's default folder; the kernel the case compiles is built in the
     run's own folder, with none of Inductor's probes beside it."""
+    import os
     import subprocess
     import sys
     from pathlib import Path
@@ -541,8 +542,9 @@ with private_cache() as folder:
     probe = VecISA._avx_code.strip()  # the source Inductor builds per instruction set
     print(json.dumps({"sources": len(sources), "probes": sum(probe in open(p).read() for p in sources)}))
 """)
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "PYTEST_XDIST_WORKER")}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1].parent) + ":" + env.get("PYTHONPATH", "")
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "PYTEST_XDIST_WORKER")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH"))
+                                        if p)  # this checkout's detconf, whatever else the environment names
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
