@@ -810,9 +810,10 @@ def _archived(out: Path, archive: Path) -> list[Path]:
     return paths
 
 
-def write_archive(out: Path, archive: Path | None = None) -> Path:
+def write_archive(out: Path, archive: Path | None = None, held: dict[str, int] | None = None) -> Path:
     """Everything in the output folder, under the folder's name, as one ``.tar.gz`` (default
-    ``<out>/<out name>.tar.gz``), replaced whole; an :class:`OutputError` when it cannot be."""
+    ``<out>/<out name>.tar.gz``), replaced whole; an :class:`OutputError` when it cannot be.
+    ``held``: filled with the size each file had as it went in, by its name in the archive."""
     archive = archive or out / f"{out.name}.tar.gz"
     partial = archive.with_name(f".{archive.name}.{os.getpid()}.partial")
     try:
@@ -820,6 +821,8 @@ def write_archive(out: Path, archive: Path | None = None) -> Path:
         with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
             for path in _archived(out, archive):
                 tar.add(path, arcname=f"{out.name}/{path.relative_to(out)}", recursive=False)
+            if held is not None:
+                held.update((m.name, m.size) for m in tar.getmembers() if m.isfile())
         os.replace(partial, archive)
     except OSError as exc:
         _unlink(partial)
@@ -1144,13 +1147,12 @@ class Scratch:
             written = False
         if not written:
             return f"{out} holds this run's files and no archive of them was written"
+        held: dict[str, int] = {}
         try:
-            write_archive(out, archive)
-            with tarfile.open(archive) as tar:
-                held = {m.name: m.size for m in tar.getmembers() if m.isfile()}
+            write_archive(out, archive, held)
             files = [p for p in _archived(out, archive) if p.is_file()]
             lacking = [p for p in files if held.get(f"{out.name}/{p.relative_to(out)}") != p.stat().st_size]
-        except (OutputError, OSError, tarfile.TarError) as exc:
+        except (OutputError, OSError) as exc:
             return f"the archive {archive} could not be brought up to date ({' '.join(str(exc).split())})"
         if lacking:
             return f"the archive {archive} lacks {lacking[0].relative_to(out)} as it is in {out}"

@@ -364,10 +364,10 @@ def test_the_unpacked_folder_goes_once_the_archive_holds_the_run_and_stays_when_
     argv[argv.index("--archive") + 1] = str(archive)
     write = gpurun.write_archive
 
-    def full_at_the_end(out, to=None):
+    def full_at_the_end(out, to=None, held=None):
         if gpurun.Console.sink is None:  # the console is closed: the last archive, when the run ends
             raise gpurun.OutputError(f"{to}: No space left on device")
-        return write(out, to)
+        return write(out, to, held)
 
     monkeypatch.setattr(gpurun, "write_archive", full_at_the_end)
     assert gpurun.main(argv, root=ROOT) == 1
@@ -387,8 +387,8 @@ def test_a_file_still_growing_after_the_last_archive_keeps_the_unpacked_folder(t
     archive = tmp_path / "run.tar.gz"
     write = gpurun.write_archive
 
-    def then_a_late_line(out, to=None):
-        done = write(out, to)
+    def then_a_late_line(out, to=None, held=None):
+        done = write(out, to, held)
         if gpurun.Console.sink is None:  # the last archive: a late writer appends to a step's log
             with open(out / "logs" / "documented.log", "a") as log:
                 log.write("late\n")
