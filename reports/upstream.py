@@ -459,6 +459,7 @@ def run_once(fn, mode):
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             values = [(label, dense(t)) for label, t in outputs]
+            scribble_outputs(t for _, t in outputs)
         except Exception as exc:  # what it raised is the evidence
             raised = raised_as(exc)
         finally:
@@ -482,6 +483,30 @@ MODE_FLAGS = {"error": (True, False), "warn_only": (True, True), "off": (False, 
 def set_mode(mode):
     enabled, warn_only = MODE_FLAGS[mode]
     torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+
+
+SCRIBBLE = torch.Generator().manual_seed(2**31 - 1)  # scribble_outputs' bytes: other bytes each run, the same every time
+
+
+def random_bytes(n):
+    return torch.randint(0, 256, (n,), dtype=torch.uint8, generator=SCRIBBLE)
+
+
+def scribble_outputs(outputs):
+    """After a run's values are copied: the memory of its outputs overwritten with random bytes.
+    An allocator hands a freed block to a later request of its size (a caching allocator, as
+    CUDA's, hands it to the next one): memory the next run's op reads without writing it then
+    holds other bytes, where it would otherwise hold this run's result again and the runs would
+    look identical. An op that writes what it reads cannot see them. A tensor whose memory torch
+    does not lend as bytes is left as it is (the run's values are copied already)."""
+    with torch.no_grad():
+        for t in outputs:
+            if t.layout == torch.strided and t.numel() and t.device.type != "meta":
+                try:
+                    raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+                except (RuntimeError, NotImplementedError):
+                    continue
+                raw.copy_(random_bytes(raw.numel()))
 
 
 def tensors(value, label="out"):
@@ -556,6 +581,7 @@ _OP_RUN_ONCE = r'''def run_once(fn, mode):
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             values = [(label, t.detach().to("cpu").clone(memory_format=torch.contiguous_format)) for label, t in outputs]
+            scribble_outputs(t for _, t in outputs)
         except Exception as exc:  # what it raised is the evidence
             raised = raised_as(exc)
         finally:
