@@ -113,7 +113,9 @@ def _on(mode: str, fn):
 
 def emulation(device: str) -> dict:
     """One fact per class the emulation models: TF32, duplicate-write winners, random streams,
-    eigenvector signs, accumulation order, alerts, routes."""
+    eigenvector signs, accumulation order, alerts, routes; and one the perturbation tier and the
+    upstream scripts assume (the emulation does not model it): the allocator hands a freed block
+    to the next request of its size, bytes and all (CUDA's caching allocator)."""
     facts: dict = {}
     cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
     facts["tf32.defaults"] = {"cudnn.allow_tf32": cudnn.allow_tf32, "cuda.matmul.allow_tf32": matmul.allow_tf32,
@@ -193,6 +195,22 @@ def emulation(device: str) -> dict:
                 y.sum().backward()
             return sorted({n for n in ops.names if "upsample" in n or "index_put" in n})
         facts[f"routes.interpolate_bilinear.{mode}"] = _on(mode, route)
+
+    # A block freed and asked for again at its size: the same memory, still holding its bytes?
+    # Then two runs of an op that reads memory nobody wrote, each output freed once copied to the
+    # host (as the suite's runs free theirs), read the same bytes: empty_like's distinct results.
+    n = 1 << 16
+    block = torch.full((n,), 7.0, device=device)
+    where = block.data_ptr()
+    del block
+    again = torch.empty(n, device=device)
+    facts["allocator.freed_block_handed_back"] = again.data_ptr() == where
+    facts["allocator.freed_block_bytes_kept"] = bool((again == 7.0).all())
+    del again
+    like = torch.zeros(3, 5, device=device)
+    for mode in ("error", "off"):
+        facts[f"allocator.empty_like.{mode}.distinct"] = len(
+            {_digest(_on(mode, lambda: torch.empty_like(like).cpu())) for _ in range(RUNS)})
     return facts
 
 

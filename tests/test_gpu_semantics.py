@@ -443,7 +443,11 @@ def test_the_probes_ask_each_class_the_emulation_models():
     probes = load_script(Path(__file__).resolve().parents[1] / "scripts" / "gpu_probes.py", "gpu_probes")
     facts = probes.emulation("cpu")
     classes = {key.split(".")[0] for key in facts}
-    assert classes == {"tf32", "winner", "stream", "signs", "shuffle", "alerts", "routes"}, facts
+    assert classes == {"tf32", "winner", "stream", "signs", "shuffle", "alerts", "routes", "allocator"}, facts
+    assert isinstance(facts["allocator.freed_block_handed_back"], bool)
+    assert isinstance(facts["allocator.freed_block_bytes_kept"], bool)
+    assert facts["allocator.empty_like.error.distinct"] == 1  # filled with NaN under the mode
+    assert 1 <= facts["allocator.empty_like.off.distinct"] <= probes.RUNS
     assert facts["winner.index_copy.error"] == ["last"] and facts["winner.index_copy.cpu"] == "last"
     assert facts["stream.rand_equal_to_cpu"] is True and facts["signs.eigh_columns_flipped_vs_cpu"] == 0
     assert facts["shuffle.index_add.error.distinct"] == 1
