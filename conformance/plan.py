@@ -161,6 +161,15 @@ def plan(catalog: list[Entry], devices: Iterable[str], modes: Iterable[str], com
     return cases
 
 
+def control_first(cases: list[Case]) -> list[Case]:
+    """``cases`` with the eager cases of mode ``off`` before the other eager ones (the order of
+    ``cases`` within each; compiled cases keep their places, each compiled entry's modes
+    together). The stress tier starts with its positive control: whether its examples make the
+    races visible (what the docs' throw list is judged by, in ``reports sensitivity``) is
+    known before the deterministic modes run, also when a time budget cuts the run short."""
+    return sorted(cases, key=lambda c: c.compile == "eager" and c.mode != "off")
+
+
 def heaviest_first(cases: list[Case]) -> list[Case]:
     """``cases`` in the order a parallel run should start them: compiled cases of backward
     entries (a forward and a backward graph to compile), then the other compiled cases, then

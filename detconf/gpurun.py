@@ -418,7 +418,7 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          min_s=30, typical_s=52),
     Step("sweep", "c", "the OpInfo sweep, mode error", _conformance("--source", "sweep", "--mode", "error"),
          min_s=30, typical_s=58),
-    Step("stress", "d", "the stress tier over torch-docs, modes error, warn_only and off",
+    Step("stress", "d", "the stress tier over torch-docs, modes off (its cases first), error and warn_only",
          _conformance("--source", "torch-docs", "--mode", "error", "--mode", "warn_only", "--mode", "off",
                       profile="stress"), min_s=30, typical_s=60, needs=_needs_stress),
     Step("speed", "s", "torch-docs at -n 0 against PyTorch's own alert tests, same machine "

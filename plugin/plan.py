@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from detconf.vocabulary import DEFAULT_MODES
+from detconf.vocabulary import DEFAULT_MODES, base_profile
 from detconf.plugin.options import compilers
 
 #: The generated test (conformance/test_documented.py) and its parameter, the case.
@@ -83,9 +83,12 @@ def unknown_findings(config: pytest.Config) -> list[str]:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if CASE_PARAMETER in metafunc.fixturenames:
-        from detconf.conformance.plan import heaviest_first
+        from detconf.conformance.plan import control_first, heaviest_first
 
         cases = heaviest_first(case_plan(metafunc.config))  # an eager-only plan keeps its order
+        profile = getattr(metafunc.config.option, "hypothesis_profile", None)
+        if isinstance(profile, str) and base_profile(profile) == "stress":
+            cases = control_first(cases)
         params = [pytest.param(c, marks=_compile_group(c), id=c.id) for c in cases]
         metafunc.parametrize(CASE_PARAMETER, params)
 

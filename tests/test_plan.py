@@ -83,6 +83,24 @@ def test_a_compiled_run_starts_the_heaviest_cases_first_and_keeps_each_group_tog
         previous = group
 
 
+def test_the_stress_tier_starts_its_positive_control_first():
+    """control_first: the eager cases of mode off first, then the other eager ones, each in the
+    order given; compiled cases keep their places (and each compiled entry's modes together)."""
+    from detconf.conformance.plan import control_first, heaviest_first
+
+    torch_docs = [e for e in CATALOG if e.source == "torch-docs"]
+    cases = heaviest_first(plan(torch_docs, ["cpu"], ["error", "off", "warn_only"], ["eager", "inductor"]))
+    ordered = control_first(cases)
+    assert sorted(c.id for c in ordered) == sorted(c.id for c in cases)
+    eager = [c for c in ordered if c.compile == "eager"]
+    offs = sum(c.mode == "off" for c in eager)
+    assert offs and all(c.mode == "off" for c in eager[:offs]) and all(c.mode != "off" for c in eager[offs:])
+    assert eager[:offs] == [c for c in cases if c.compile == "eager" and c.mode == "off"]
+    assert eager[offs:] == [c for c in cases if c.compile == "eager" and c.mode != "off"]
+    assert [c for c in ordered if c.compile != "eager"] == [c for c in cases if c.compile != "eager"]
+    assert ordered[:len(ordered) - len(eager)] == [c for c in cases if c.compile != "eager"]  # still first
+
+
 def test_the_plugin_collects_a_compiled_run_heaviest_first_and_an_eager_run_in_plan_order(tmp_path):
     from tests.test_plugin import pytest_run
 
@@ -99,3 +117,9 @@ def test_the_plugin_collects_a_compiled_run_heaviest_first_and_an_eager_run_in_p
     first_forward = next(i for i, line in enumerate(compiled) if ".backward" not in line)
     assert first_backward == 0 < first_forward
     assert [line for line in compiled if not line.endswith("-inductor]")] == eager
+    # The stress tier: the mode-off cases first, each part in the plan's order.
+    modes = ("--mode", "off")
+    planned, stress = collected(*modes), collected(*modes, "--hypothesis-profile", "stress")
+    offs = [line for line in planned if line.endswith("-off]")]
+    assert offs and planned[0] not in offs and sorted(stress) == sorted(planned)
+    assert stress == offs + [line for line in planned if line not in offs]
