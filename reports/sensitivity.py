@@ -29,6 +29,7 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from detconf.reports.load import load
+from detconf.reports.planned import MISSING
 from detconf.reports.output import ArgumentParser, check_out_dir, emit, write_files, write_picture
 from detconf.reports.readfile import BadLine, Unreadable, json_lines, open_regular
 from detconf.reports.records import DEFAULT_PHASE, EAGER, ResultsError, check_record, without_run_fingerprints
@@ -202,8 +203,11 @@ def _groups(frame: pd.DataFrame):
 def _counts(group: pd.DataFrame, device: str) -> dict:
     """Entries that differed over entries judged (at least one example compared) — overall, of
     those documented for ``device`` and of those documented to throw there. An entry none of
-    whose examples was compared could not differ and counts in no denominator."""
+    whose examples was compared could not differ and counts in no denominator; those the run
+    planned and never reached (verdict ``missing``: a run cut short, by a time budget or a
+    signal) are counted apart, as not run."""
     was_judged = (group["examples_judged"] > 0).to_numpy(dtype=bool)
+    not_run = int((group["verdict"] == MISSING).sum())
     for_device = np.array([device in ds.split(",") or ds == "all" for ds in group["documented_devices"]], dtype=bool)
     judged, named = group[was_judged], group[was_judged & for_device]
     throws = group[was_judged & for_device & (group["promise"] == "raises").to_numpy(dtype=bool)]
@@ -212,7 +216,7 @@ def _counts(group: pd.DataFrame, device: str) -> dict:
         return int((rows["examples_differing"] > 0).sum()), len(rows)
 
     return {"all": share(judged), "named": share(named), "throws": share(throws),
-            "unjudged": len(group) - len(judged)}
+            "unjudged": len(group) - len(judged) - not_run, "not_run": not_run}
 
 
 def _sentence(counts: dict, device: str) -> str:
@@ -220,7 +224,8 @@ def _sentence(counts: dict, device: str) -> str:
     (seen, judged), (named_seen, named), (throw_seen, throws) = counts["all"], counts["named"], counts["throws"]
     text = (f"{named_seen}/{named} judged entries documented for {device} differed between runs with "
             f"determinism off ({throw_seen}/{throws} of those documented to throw); {seen}/{judged} judged overall")
-    return text + (f"; {counts['unjudged']} not judged (no example compared)" if counts["unjudged"] else "")
+    text += f"; {counts['unjudged']} not judged (no example compared)" if counts["unjudged"] else ""
+    return text + (f"; {counts['not_run']} not run (missing: the run ended before them)" if counts["not_run"] else "")
 
 
 def headline(frame: pd.DataFrame) -> list[str]:

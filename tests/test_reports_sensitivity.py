@@ -44,6 +44,25 @@ def test_the_picture_and_the_text_count_over_the_same_entries(tmp_path):
     assert differed == [1, 2] and quiet == [0, 1]  # the bars: "2/3 judged overall", the unjudged d in neither
 
 
+def test_cells_a_cut_run_never_reached_are_not_run_not_unjudged(tmp_path):
+    """A run cut short (a time budget, a signal) planned mode-off cells it never reached: their
+    ``missing`` rows count in no denominator and are named as not run, apart from a cell that ran
+    and compared no example."""
+    entries = [{"source": "torch-docs", "doc_version": None, "entry_id": e, "op": f"torch.{e}", "sentence": e,
+                "list_name": "deterministic", "position": k, "promise": "raises", "needs_device": None}
+               for k, e in enumerate("abcd")]
+    cases = [{"id": f"{e}-cuda-off", "entry": k, "phase": "program", "device": "cuda", "mode": "off",
+              "compile": "eager", "expected": "observe"} for k, e in enumerate("abcd")]
+    run = dict(header(), planned=4, planned_entries=entries, planned_cases=cases)
+    path = write(tmp_path / "r.jsonl", [run, off_row("a", 3, 1, promise="raises"), off_row("b", 0, 0, promise="raises")])
+    table = sensitivity_table([path])
+    assert sorted(table["verdict"]) == ["missing", "missing", "no-difference-seen", "nondeterminism-seen"]
+    assert headline(table) == [
+        "cuda: 1/1 judged entries documented for cuda differed between runs with determinism off (1/1 of those "
+        "documented to throw); 1/1 judged overall; 1 not judged (no example compared); "
+        "2 not run (missing: the run ended before them)"]
+
+
 def test_a_bad_size_is_refused(tmp_path):
     path = write(tmp_path / "r.jsonl", [header(), off_row("a", 1, 1, max_numel="big")])
     out = run_cli("sensitivity", str(path))
