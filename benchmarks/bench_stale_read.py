@@ -30,7 +30,6 @@ from bench_alert_tests import OneLineParser  # noqa: E402  (this folder is the s
 
 ROOT = Path(__file__).resolve().parent.parent
 CELL = "conformance/test_documented.py::test_documented[sweep:empty_like-cpu-off]"
-OVERWRITE = "            scribble_outputs(t for _, t in outputs)\n"
 
 # Run inside the fresh interpreter: the script's definitions without its main(), then the runs.
 DRIVER = r'''
@@ -77,14 +76,15 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         [row] = upstream.read_rows(upstream._records(results), results)
         script = upstream.repro_script(row)
-        if script.count(OVERWRITE) != 1:
+        if script.count(upstream.SCRIBBLE_LINE) != 1:
             print("bench_stale_read: error: the script does not overwrite its outputs in the one place this "
                   "benchmark takes the overwrite out of", file=sys.stderr)
             return 1
         print(f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}; checkout {ROOT}")
         print(f"cell: {CELL.split('[')[1].rstrip(']')}, verdict {row['verdict']}; {args.repeat} times, seed {args.seed}")
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-        for name, text in (("as written", script), ("without the overwrite", script.replace(OVERWRITE, ""))):
+        planted = script.replace(upstream.SCRIBBLE_LINE, "")
+        for name, text in (("as written", script), ("without the overwrite", planted)):
             path = Path(tmp) / f"{name.replace(' ', '-')}.py"
             path.write_text(text, encoding="utf-8")
             proc = subprocess.run([sys.executable, "-I", "-c", DRIVER, str(path), str(args.repeat), str(args.seed)],

@@ -474,6 +474,10 @@ def _setting_words(row: dict[str, Any]) -> str:
     return words + (f", torch.compile(backend={setting!r})" if setting != "eager" else ", eager")
 
 
+#: The line of a script's run that overwrites the run's outputs once copied (``scribble_outputs``),
+#: as the op and sweep scripts write it: what a test or a benchmark takes out to see the difference.
+SCRIBBLE_LINE = "            scribble_outputs(t for _, t in outputs)\n"
+
 # What a script does with its program: the runner's steps (engine/runner.py) in torch alone —
 # the helpers, one run (an op cell's or a sweep cell's), then the runs compared and judged.
 _RUNNER_HELPERS = r'''ALERT = ("does not have a deterministic implementation", "not deterministic because it uses CuBLAS")
@@ -486,10 +490,6 @@ def set_mode(mode):
 
 
 SCRIBBLE = torch.Generator().manual_seed(2**31 - 1)  # scribble_outputs' bytes: other bytes each run, the same every time
-
-
-def random_bytes(n):
-    return torch.randint(0, 256, (n,), dtype=torch.uint8, generator=SCRIBBLE)
 
 
 def scribble_outputs(outputs):
@@ -506,7 +506,7 @@ def scribble_outputs(outputs):
                     raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
                 except (RuntimeError, NotImplementedError):
                     continue
-                raw.copy_(random_bytes(raw.numel()))
+                raw.copy_(torch.randint(0, 256, (raw.numel(),), dtype=torch.uint8, generator=SCRIBBLE))
 
 
 def tensors(value, label="out"):

@@ -397,7 +397,7 @@ def test_an_op_handed_its_last_output_again_is_seen_as_nondeterministic(tmp_path
         "if not HANDED:\n        HANDED.append(torch.ones_like(x))\n    return HANDED[0]")
     row = _row(mode="error", expected="deterministic", verdict="nondeterministic", detail={"repro": repro})
     script = upstream.repro_script(row)
-    overwrite = "            scribble_outputs(t for _, t in outputs)\n"
+    overwrite = upstream.SCRIBBLE_LINE
     assert script.count(overwrite) == 1
     scripts = []
     for name, text in (("overwritten", script), ("planted", script.replace(overwrite, ""))):
