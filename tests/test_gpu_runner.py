@@ -223,7 +223,7 @@ def test_a_device_that_is_absent_is_bad_input_recorded_in_the_output_folder(tmp_
 
 @pytest.mark.parametrize("args,needle", [
     (["--steps", "documented,bogus"], "unknown step 'bogus'; steps: probes, documented, compiled, sweep, stress, "
-                                      "speed, tests, beyond"),
+                                      "speed, tests, beyond, perturb"),
     (["--budget", "5"], "--budget '5': between 20 seconds and a week"),
     (["--budget", "soon"], "--budget 'soon': a number of seconds"),
     (["--archive", "{tmp}/x.zip"], "--archive {tmp}/x.zip: name it *.tar.gz"),
@@ -265,6 +265,43 @@ def test_the_stress_step_runs_the_stress_profile_of_this_suite(tmp_path):
     assert ["--source", "torch-docs"] == args[7:9] and args.count("--mode") == 3
     assert not gpurun.has_stress(SimpleNamespace(root=tmp_path))
 
+
+
+def test_the_perturb_step_runs_the_perturbation_tier_on_the_devices_only():
+    plan = SimpleNamespace(root=ROOT, devices=["cuda"], workers="auto")
+    step = gpurun.STEPS["perturb"]
+    args = step.args(plan)
+    assert args[:7] == ["conformance", "-n", "auto", "--hypothesis-profile", "ci", "--device", "cuda"]
+    assert "--perturb" in args and args[args.index("--source") + 1] == "torch-docs"
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--mode"] == ["error", "warn_only", "off"]
+    assert "cpu" not in args  # the documented step has the CPU's rows; here each process disturbs the GPU
+    assert list(gpurun.STEPS)[-1] == "perturb" and step.letter == "r"  # last: only where time is left
+
+
+def test_a_skipped_step_says_an_h100_time_only_where_a_gpu_timed_the_whole_step():
+    plan = SimpleNamespace(root=ROOT, devices=["cuda"], workers="auto", clock=SimpleNamespace(left=lambda: 5.0))
+    timed = gpurun.run_step(plan, gpurun.STEPS["sweep"], 1, 2)
+    untimed = gpurun.run_step(plan, gpurun.STEPS["perturb"], 2, 2)
+    assert (timed.status, untimed.status) == ("skipped", "skipped")
+    assert timed.reason == ("5 s of the budget left, the step needs at least 30 s "
+                            "(typically 58 s on an H100 with 16 cores)")
+    assert untimed.reason == "5 s of the budget left, the step needs at least 45 s (not yet timed whole on a GPU)"
+    # stress: the H100's steps were cut; beyond and perturb have not run on a GPU
+    assert [n for n, s in gpurun.STEPS.items() if s.typical_s is None] == ["stress", "beyond", "perturb"]
+
+
+def test_the_perturb_step_judges_each_case_across_fresh_processes(tmp_path):
+    out_dir = tmp_path / "run"
+    narrow = "index_add and cpu-off"
+    out = gpu_run("--steps", "r", "--device", "cpu", "-n", "0", "--quiet", "--out", str(out_dir), "--", "-k", narrow)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    [step] = json.loads((out_dir / "steps.json").read_text())
+    assert (step["step"], step["status"]) == ("perturb", "passed"), step
+    rows = [json.loads(line) for line in (out_dir / "results" / "perturb.jsonl").read_text().splitlines()]
+    judged = [r for r in rows if "verdict" in r]
+    assert [(r["entry_id"], r["mode"]) for r in judged] == [("index_add[cuda]", "off")], judged
+    assert {"fresh-process", "scribbled-memory"} <= set(judged[0]["detail"]["perturbations"])
+    assert judged[0]["detail"]["across_processes"], judged[0]["detail"]
 
 # --- the bytecode cache the steps share ------------------------------------------------
 
