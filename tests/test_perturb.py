@@ -1,6 +1,8 @@
 """The perturbation tier: planted faults that only show across fresh processes or under
 disturbance are caught by it and missed by the normal tier (both verdicts shown), and what a
 row says about its processes, its perturbations and its sensitivity."""
+import json
+
 import pytest
 from hypothesis import settings
 
@@ -164,6 +166,49 @@ def test_the_zygote_warm_up_spares_each_forked_process_the_first_test_costs(how,
     assert out.returncode == 0, out.stderr[-800:]
     assert out.stdout.split() == [frozen, collections], out.stdout
 
+
+
+ZYGOTE_CUDA_CHECK = """
+import functools, io, json, sys
+import torch, torch.cuda, torch.version
+if torch.version.cuda is None:
+    torch.version.cuda = "13.0"  # as a CUDA build says it: code that branches on it runs here too
+calls = []
+def watch(module, name):
+    real = getattr(module, name, None)
+    if callable(real):
+        @functools.wraps(real)
+        def watched(*args, **kwargs):
+            calls.append(module.__name__ + "." + name)
+            return real(*args, **kwargs)
+        setattr(module, name, watched)
+for name in ("is_available", "device_count", "init", "_lazy_init", "current_device", "set_device", "synchronize",
+             "get_device_properties", "get_device_capability", "get_device_name", "mem_get_info"):
+    watch(torch.cuda, name)
+for name in [n for n in dir(torch._C) if n.startswith("_cuda_")]:
+    watch(torch._C, name)
+sys.stdin = io.StringIO("")  # no request: the zygote prepares, then ends at the end of its input
+from detconf.conformance.perturbed import serve
+print(json.dumps({"served": serve({"profile": "ci", "imports": []})["served"], "calls": calls}))
+"""
+
+
+def test_the_zygote_asks_nothing_of_cuda_before_it_forks():
+    """A process that has called the CUDA runtime (``torch.cuda.is_available()`` included, unless
+    ``PYTORCH_NVML_BASED_CUDA_CHECK=1``) cannot use CUDA in a child it forks (PyTorch's "poison
+    fork"): every perturbed process on a GPU would fail. The zygote's whole preparation (the
+    suite's imports, the profile, Inductor's configuration, the warm-up) runs here with torch's
+    CUDA queries watched, as on a CUDA build; none may be called. Planted (``warm_up`` asking
+    ``torch.cuda.is_available()``), this test fails."""
+    import subprocess
+    import sys
+
+    from tests.test_reports import REPO
+
+    out = subprocess.run([sys.executable, "-c", ZYGOTE_CUDA_CHECK], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-800:]
+    assert json.loads(out.stdout.splitlines()[-1]) == {"served": 0, "calls": []}, out.stdout[-800:]
 
 def test_one_process_runs_the_differential_and_a_wrong_result_is_still_caught():
     # Processes judge the same inputs: process 0 compares them with the reference, the others
