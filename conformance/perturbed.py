@@ -161,8 +161,9 @@ def _judge_here(request: dict[str, Any], setup_fields: dict[str, Any], cache_roo
 
 def threshold_limit(backend: Any) -> int:
     """The largest count the tier puts at a kernel's threshold on ``backend``: what the stress tier
-    would allow for the device's free memory (shared by the test workers); where the memory is not
-    known (the CPU), :data:`engine.strategies.PERTURB_THRESHOLD_NUMEL`."""
+    would allow for the device's free memory shared by every process that may judge at once (each
+    test worker's :data:`PROCESSES`); where the memory is not known (the CPU),
+    :data:`engine.strategies.PERTURB_THRESHOLD_NUMEL`."""
     from detconf.engine.strategies import PERTURB_THRESHOLD_NUMEL, stress_scale
 
     free = None
@@ -174,7 +175,7 @@ def threshold_limit(backend: Any) -> int:
     if free is None:
         return PERTURB_THRESHOLD_NUMEL
     workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
-    return stress_scale(free // workers).max_numel
+    return stress_scale(free // (workers * PROCESSES)).max_numel
 
 
 # Parent side ------------------------------------------------------------------------------

@@ -210,6 +210,27 @@ def test_the_zygote_asks_nothing_of_cuda_before_it_forks():
     assert out.returncode == 0, out.stderr[-800:]
     assert json.loads(out.stdout.splitlines()[-1]) == {"served": 0, "calls": []}, out.stdout[-800:]
 
+
+@pytest.mark.parametrize("workers, expected", [("1", 1 << 22), ("16", 1 << 21)])  # the ceiling; 16 GiB / 32 / 256
+def test_threshold_examples_fit_the_devices_memory_with_every_process_judging_at_once(monkeypatch, workers, expected):
+    """Each test worker's zygote forks PROCESSES processes at once, each sized by the device's free
+    memory: a 16 GiB GPU shared by 16 workers gives each process 1/32 of it, not 1/16."""
+    from types import SimpleNamespace
+
+    from detconf.conformance.perturbed import PROCESSES, threshold_limit
+    from detconf.engine.strategies import PERTURB_THRESHOLD_NUMEL, STRESS_BYTES_PER_ELEMENT
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", workers)
+    free = 16 << 30
+    limit = threshold_limit(SimpleNamespace(index=0, free_memory=lambda index: free))
+    assert limit == expected and limit * STRESS_BYTES_PER_ELEMENT * int(workers) * PROCESSES <= free
+
+    def cannot_say(index):
+        raise RuntimeError("driver")
+
+    assert threshold_limit(SimpleNamespace(index=0, free_memory=cannot_say)) == PERTURB_THRESHOLD_NUMEL
+    assert threshold_limit(SimpleNamespace(index=None, free_memory=None)) == PERTURB_THRESHOLD_NUMEL
+
 def test_one_process_runs_the_differential_and_a_wrong_result_is_still_caught():
     # Processes judge the same inputs: process 0 compares them with the reference, the others
     # compare runs only (the normal tier's differential, done once).
