@@ -249,8 +249,10 @@ class Perturber:
 @contextlib.contextmanager
 def competing_load(device: torch.device, side: int = 2**11) -> Iterator[list[int]]:
     """Matrix products on a stream of their own on ``device`` until the body ends; yields a
-    one-item list that holds the number of products launched when it ends. (Not exercised on a
-    machine without a GPU.)"""
+    one-item list that holds the number of products launched when it ends. Its matrix draws no
+    random number: a draw from the device's default generator while the runs draw from it would
+    move their stream between runs (a seeded random op would differ, and be blamed). (Not
+    exercised on a machine without a GPU, but for ``tests/test_perturb.py``'s emulated stream.)"""
     module = getattr(torch, device.type)
     stop = threading.Event()
     steps = [0]
@@ -258,7 +260,7 @@ def competing_load(device: torch.device, side: int = 2**11) -> Iterator[list[int
     def work() -> None:
         stream = module.Stream(device=device)
         with module.stream(stream):
-            a = torch.randn(side, side, device=device)
+            a = torch.linspace(-1.0, 1.0, side * side, device=device).reshape(side, side)
             while not stop.is_set():
                 a = (a @ a).tanh_()
                 steps[0] += 1

@@ -231,6 +231,43 @@ def test_threshold_examples_fit_the_devices_memory_with_every_process_judging_at
     assert threshold_limit(SimpleNamespace(index=0, free_memory=cannot_say)) == PERTURB_THRESHOLD_NUMEL
     assert threshold_limit(SimpleNamespace(index=None, free_memory=None)) == PERTURB_THRESHOLD_NUMEL
 
+
+class _EmulatedStream:
+    """A GPU stream as ``engine.perturb.competing_load`` uses one, on the CPU (``torch.cpu.Stream``
+    takes no device)."""
+
+    def __init__(self, device=None):
+        self.device = device
+
+    def synchronize(self):
+        return None
+
+
+def test_the_competing_load_leaves_the_default_random_generator_alone(monkeypatch):
+    """The load runs while the case's runs draw from the device's default generator, each run
+    seeded alike: a draw of its own there would move the runs' stream by when it happens, and a
+    seeded random op would differ between runs. Planted (the load's matrix drawn with
+    ``torch.randn``), this test fails."""
+    import contextlib
+    import time
+
+    import torch
+
+    from detconf.engine.perturb import competing_load
+
+    monkeypatch.setattr(torch.cpu, "Stream", _EmulatedStream)
+    monkeypatch.setattr(torch.cpu, "stream", lambda stream: contextlib.nullcontext())
+    torch.manual_seed(0)
+    expected = torch.rand(4)
+    torch.manual_seed(0)
+    with competing_load(torch.device("cpu"), side=8) as steps:
+        deadline = time.monotonic() + 30
+        while steps[0] < 2 and time.monotonic() < deadline:  # the load has made its matrix and is running
+            time.sleep(0.001)
+        drawn = torch.rand(4)
+    assert steps[0] >= 2
+    assert torch.equal(drawn, expected)
+
 def test_one_process_runs_the_differential_and_a_wrong_result_is_still_caught():
     # Processes judge the same inputs: process 0 compares them with the reference, the others
     # compare runs only (the normal tier's differential, done once).
