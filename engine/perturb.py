@@ -92,8 +92,11 @@ class ProcessSetup:
 
 def warm_up() -> None:
     """Pay, once in the process that forks the tier's processes, the one-time costs that every
-    forked process would otherwise pay on its first example: torch's first operator and autograd
-    call (a 3-element tensor on the CPU, below every parallel grain: no thread pool starts), and
+    forked process would otherwise pay on its first example: torch's first operator (a 3-element
+    tensor on the CPU, below every parallel grain: no thread pool starts; no backward: autograd's
+    first backward starts a thread per accelerator device, and a child forked after that refuses
+    every backward, "Unable to handle autograd's threading in combination with fork-based
+    multiprocessing"), and
     Hypothesis's first test (it registers the global random generators, with a full garbage
     collection) and its reading of the integer and string constants of the project's modules,
     and the host's ``uname`` (which the rows' device description reads). Then the heap is
@@ -104,8 +107,8 @@ def warm_up() -> None:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    x = torch.ones(3, requires_grad=True)
-    (x * 2).sum().backward()
+    x = torch.ones(3)
+    (x * 2).sum()
     del x
 
     @settings(max_examples=1, database=None, derandomize=True, deadline=None,

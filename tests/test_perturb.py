@@ -211,6 +211,50 @@ def test_the_zygote_asks_nothing_of_cuda_before_it_forks():
     assert json.loads(out.stdout.splitlines()[-1]) == {"served": 0, "calls": []}, out.stdout[-800:]
 
 
+
+ZYGOTE_BACKWARD_CHECK = """
+import io, os, sys
+import torch
+from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+_setup_privateuseone_for_python_backend("emulated")  # an accelerator device: autograd keeps a thread for it
+sys.stdin = io.StringIO("")
+from detconf.conformance.perturbed import serve
+serve({"profile": "ci", "imports": []})
+pid = os.fork()
+if pid == 0:
+    try:
+        x = torch.ones(2, requires_grad=True)
+        (x * 3).sum().backward()
+        os._exit(0 if x.grad.tolist() == [3.0, 3.0] else 2)
+    except RuntimeError as exc:
+        print(exc)
+        os._exit(1)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_process_the_zygote_forks_on_an_accelerator_machine_can_run_a_backward():
+    """Autograd's first backward in a process starts a thread per accelerator device; a child
+    forked after that refuses every backward (torch's "Autograd and Fork"). On a machine whose
+    torch sees a GPU, a zygote that ran a backward would make every backward case of the tier a
+    harness-error; on the CPU sandbox there is no such thread. An emulated accelerator (a Python
+    PrivateUse1 backend) brings it here. Planted (the warm-up with a backward), this test fails."""
+    import subprocess
+    import sys
+
+    import torch
+    import torch.utils.backend_registration as registration
+
+    from tests.test_reports import REPO
+
+    if not hasattr(registration, "_setup_privateuseone_for_python_backend"):
+        pytest.skip(f"torch {torch.__version__} cannot register a Python PrivateUse1 backend")
+    out = subprocess.run([sys.executable, "-c", ZYGOTE_BACKWARD_CHECK], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-800:]
+    assert out.stdout.splitlines()[-1] == "child 0", out.stdout[-800:]
+
 @pytest.mark.parametrize("workers, expected", [("1", 1 << 22), ("16", 1 << 21)])  # the ceiling; 16 GiB / 32 / 256
 def test_threshold_examples_fit_the_devices_memory_with_every_process_judging_at_once(monkeypatch, workers, expected):
     """Each test worker's zygote forks PROCESSES processes at once, each sized by the device's free
