@@ -216,17 +216,22 @@ class Perturber:
             self._generator.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
         return self._generator
 
-    def before_run(self, inputs: dict[str, torch.Tensor], outputs: list[torch.Tensor]) -> None:
-        """Scribble blocks of the sizes of ``inputs`` and of the previous run's ``outputs`` on each
-        device they live on."""
+    def before_run(self, inputs: dict[str, torch.Tensor], blocks: list[tuple[torch.device, int]]) -> None:
+        """Scribble a block the size of each input and of each output of the previous run on the
+        device that holds it (``blocks``: the outputs' storages as their device held them,
+        ``engine.runner.RunRecord.blocks``, not the host copies the runs are compared by), one
+        block per tensor, so that each of the next run's fresh inputs and outputs may be handed a
+        scribbled block, not only the first request of a size."""
         if not self.setup.scribble:
             return
         by_device: dict[torch.device, list[int]] = {}
-        for t in list(inputs.values()) + list(outputs):
+        for t in inputs.values():
             if isinstance(t, torch.Tensor) and not t.is_sparse:
                 by_device.setdefault(t.device, []).append(max(1, t.numel() * t.element_size()))
+        for device, nbytes in blocks:
+            by_device.setdefault(device, []).append(max(1, int(nbytes)))
         for device, sizes in by_device.items():
-            self.scribbled_bytes += scribble(device, sorted(set(sizes), reverse=True), self._gen(device))
+            self.scribbled_bytes += scribble(device, sorted(sizes, reverse=True), self._gen(device))
 
     @contextlib.contextmanager
     def during(self, device: torch.device) -> Iterator[None]:

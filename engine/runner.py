@@ -74,6 +74,10 @@ class RunRecord:
     compiled: CompileSnapshot | None = None  # under torch.compile: graphs run, their operators, breaks
     failed_op: str | None = None  # the operator a device could not run (a backend gap)
     drew_random: bool = False  # a random generator's state moved during the run
+    # The outputs' memory as their device held it: (device, bytes of each strided output's storage),
+    # recorded before the run's tensors are freed (the perturbation tier scribbles blocks of these
+    # sizes on that device before the next run; ``values`` are host copies).
+    blocks: list[tuple[torch.device, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -356,6 +360,7 @@ def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | 
             with _traced(helper):
                 synchronize()
                 denses = [dense_cpu(t) for _, t in outputs]  # one copy off the device per tensor
+            record.blocks = [block for _, t in outputs for block in [_storage_block(t)] if block is not None]
             record.drew_random = any(a is not None and b is not None and not torch.equal(a, b)
                                      for a, b in zip(before, _states(generators)))
             for (label, _), dense in zip(outputs, denses):
@@ -375,6 +380,17 @@ def _run_once(program: Program, synchronize: Callable[[], None], *, mode: str | 
     if not record.alert_warnings:
         record.stderr_alerts = [line.strip()[:500] for line in native if DETERMINISM_ALERT.search(line)]
     return record
+
+
+def _storage_block(t: torch.Tensor) -> tuple[torch.device, int] | None:
+    """``t``'s storage as its device allocated it, (device, bytes); None for a tensor without one
+    torch lends (sparse, a wrapper subclass)."""
+    if t.layout != torch.strided:
+        return None
+    try:
+        return t.device, int(t.untyped_storage().nbytes())
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
 
 
 def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float | None:
@@ -473,7 +489,7 @@ def run_program(
         else:
             with perturber.during(_device_of(program)):
                 for _ in range(runs):
-                    perturber.before_run(program.inputs, records[-1].values if records else [])
+                    perturber.before_run(program.inputs, records[-1].blocks if records else [])
                     records.append(_run_once(program, synchronize, mode=mode, phase=phase, fn=compiled_fn,
                                              compiler=compiler))
     obs = Observation(runs=runs, example=program.describe, repro=program.repro, case=dict(case or {}))

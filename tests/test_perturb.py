@@ -255,6 +255,35 @@ def test_a_process_the_zygote_forks_on_an_accelerator_machine_can_run_a_backward
     assert out.returncode == 0, out.stderr[-800:]
     assert out.stdout.splitlines()[-1] == "child 0", out.stdout[-800:]
 
+
+def test_each_input_and_each_output_block_of_the_last_run_is_scribbled_as_the_device_held_it(monkeypatch):
+    """Before each run after the first, one block per input and one per output of the previous
+    run, the size of the storage the device allocated, on that device (not the host copy the runs
+    are compared by: on a GPU that copy lives on the CPU, and its block would be scribbled there;
+    on the CPU the copy is the output itself, so a meta tensor shows that a block keeps its
+    device). Here the output is a 10-element view of a 40-element float64 storage, and both inputs
+    have one size. Planted (one block per size, or the view's own size), this test fails."""
+    import torch
+
+    from detconf.engine import perturb
+    from detconf.engine.program import Program
+    from detconf.engine.runner import _storage_block, run_program
+
+    scribbled = []
+    monkeypatch.setattr(perturb, "scribble", lambda device, sizes, generator: scribbled.append((device, sizes)) or 0)
+    program = Program(fn=lambda x, y: torch.cat([x, y, x, y]).double()[:10],
+                      inputs={"x": torch.arange(10.0), "y": torch.ones(10)})
+    run_program(program, "error", runs=3, perturber=perturb.Perturber(perturb.ProcessSetup(index=0, threads=1)))
+    cpu = torch.device("cpu")
+    assert scribbled == [(cpu, [40, 40]), (cpu, [320, 40, 40]), (cpu, [320, 40, 40])]
+    # A block keeps the device that held the output (here "meta", as a GPU's would keep "cuda:0").
+    meta = torch.device("meta")
+    assert _storage_block(torch.empty(40, dtype=torch.float64, device=meta)[:10]) == (meta, 320)
+    scribbled.clear()
+    monkeypatch.setattr(perturb.Perturber, "_gen", lambda self, device: None)  # torch has no meta generator
+    perturb.Perturber(perturb.ProcessSetup(index=0, threads=1)).before_run({"x": torch.ones(10)}, [(meta, 320)])
+    assert scribbled == [(cpu, [40]), (meta, [320])]
+
 @pytest.mark.parametrize("workers, expected", [("1", 1 << 22), ("16", 1 << 21)])  # the ceiling; 16 GiB / 32 / 256
 def test_threshold_examples_fit_the_devices_memory_with_every_process_judging_at_once(monkeypatch, workers, expected):
     """Each test worker's zygote forks PROCESSES processes at once, each sized by the device's free
