@@ -13,15 +13,17 @@ operator, ``"aten.index_add_.default"`` only that overload.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from detconf.engine.backends import HOST
 
-__all__ = ["DispatchTrace", "OpFailure", "Targets", "TargetError", "matches", "reached", "top_ops"]
+__all__ = ["DispatchTrace", "OpFailure", "Targets", "TargetError", "is_out_of_memory", "matches", "reached", "top_ops"]
 
 
 class TargetError(ValueError):
@@ -78,6 +80,18 @@ def _on_cpu(value):
     if isinstance(value, dict):
         return {k: _on_cpu(v) for k, v in value.items()}
     return value
+
+
+_OUT_OF_MEMORY = re.compile(r"out of memory", re.IGNORECASE)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Did a device run out of memory (``torch.OutOfMemoryError``, CUDA's, or a backend's error
+    that says so)? Never a missing kernel: the same call fits on the CPU's larger memory, and the
+    device still has the kernel."""
+    kinds = tuple(k for k in (getattr(torch, "OutOfMemoryError", None),
+                              getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)) if isinstance(k, type))
+    return (bool(kinds) and isinstance(exc, kinds)) or bool(_OUT_OF_MEMORY.search(str(exc)))
 
 
 def _replay_on_cpu(func, args, kwargs) -> str:
@@ -140,7 +154,10 @@ class DispatchTrace(TorchDispatchMode):
             return func(*args, **kwargs)
         except Exception as exc:
             devices = _devices_of(args, kwargs)
-            replay = _replay_on_cpu(func, args, kwargs) if any(d != HOST for d in devices) else None
+            off_host = any(d != HOST for d in devices)
+            # A device out of memory is not replayed: no replay makes it a missing kernel.
+            replay = (None if not off_host else "not replayed: the device ran out of memory" if is_out_of_memory(exc)
+                      else _replay_on_cpu(func, args, kwargs))
             self.failure = OpFailure(str(func), devices, exc, replay)
             raise
 

@@ -25,7 +25,7 @@ from detconf.engine import devices, opencl_runtime
 from detconf.engine.entry import Entry
 from detconf.engine.program import Program, recipe
 from detconf.engine.runner import backend_gap, missing_kernel, run_program
-from detconf.engine.trace import DispatchTrace, OpFailure
+from detconf.engine.trace import DispatchTrace, OpFailure, is_out_of_memory
 from detconf.engine.verdict import expected_outcome, verdict_for
 from tests.planted import planted_entry
 from tests import warm
@@ -41,6 +41,7 @@ _LIB = torch.library.Library("detconf_gap_test", "DEF")
 _LIB.define("no_offset(Tensor x) -> Tensor")
 _LIB.define("always_fails(Tensor x) -> Tensor")
 _LIB.define("no_offset_put(Tensor x) -> Tensor")
+_LIB.define("out_of_memory_under_the_mode(Tensor x) -> Tensor")
 
 
 def _no_offset(x):
@@ -59,6 +60,14 @@ def _no_offset_put(x):
     return x.clone().put_(torch.tensor([0, 0]), torch.ones(2), accumulate=False)  # alerts on the CPU
 
 
+def _out_of_memory_under_the_mode(x):
+    # As a device that ran out of memory in the run (mode error), where the CPU replay (mode off) fits.
+    if torch.are_deterministic_algorithms_enabled():
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+    return x * 2
+
+
+_LIB.impl("out_of_memory_under_the_mode", _out_of_memory_under_the_mode, "CompositeExplicitAutograd")
 _LIB.impl("no_offset", _no_offset, "CompositeExplicitAutograd")
 _LIB.impl("no_offset_put", _no_offset_put, "CompositeExplicitAutograd")
 _LIB.impl("always_fails", _always_fails, "CompositeExplicitAutograd")
@@ -119,6 +128,13 @@ def test_backend_gap_only_for_an_off_cpu_call_that_runs_on_cpu():
     assert backend_gap(wrapped, gap).startswith("aten.permute.default fails on opencl")
 
 
+def test_a_device_out_of_memory_is_never_a_missing_kernel():
+    oom = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+    assert is_out_of_memory(oom) and is_out_of_memory(RuntimeError("NPU out of memory. Tried to allocate 2 GiB"))
+    assert not is_out_of_memory(RuntimeError("as_strided: storage_offset is required"))
+    assert backend_gap(oom, OpFailure("aten.mm.default", ("cuda",), oom, "ok")) is None
+
+
 def test_missing_kernel_reads_the_dispatchers_message_for_this_device_only():
     msg = ("child process failed: NotImplementedError: Could not run 'aten::normal_' with arguments from the "
            "'opencl' backend. This could be because the operator doesn't exist for this backend")
@@ -136,6 +152,17 @@ def test_a_missing_operator_on_the_device_is_unsupported_and_named(fakedev):
     assert obs.unsupported.startswith("detconf_gap_test.no_offset.default fails on fakedev (the same call runs on cpu)")
     assert verdict_for("deterministic", obs) == "unsupported"
     assert not obs.target_ran_before_gap  # the target is what failed: it never ran
+
+
+def test_a_device_out_of_memory_is_a_harness_error_not_unsupported(fakedev):
+    """An example that does not fit in the device's memory says nothing of its kernels: it is the
+    harness's error (examples sized for the device), never a gap that passes as ``unsupported``.
+    The op runs out of memory in the run and fits on the CPU replay. Planted (no error read as
+    out of memory), it is unsupported."""
+    obs = run_program(Program(fn=lambda x: torch.ops.detconf_gap_test.out_of_memory_under_the_mode(x),
+                              inputs={"x": _offset_tensor()}), "error").observation
+    assert obs.unsupported is None and "out of memory" in obs.error
+    assert verdict_for("deterministic", obs) == "harness-error"
 
 
 def test_planted_a_call_that_fails_on_cpu_too_stays_a_harness_error(fakedev):
