@@ -216,7 +216,12 @@ def _privateuse1_backend(name: str) -> Backend:
 
 
 def _cuda_free(index: int) -> int:
-    return int(torch.cuda.mem_get_info(index)[0])
+    """The device memory this process can still use: the driver's free memory, plus what this
+    process's caching allocator holds without using (which the driver counts as used). Without
+    it the stress tier's sizes shrank as a worker's cache grew over its run, and a case's
+    mode-off control and its deterministic modes could draw different sizes."""
+    free = int(torch.cuda.mem_get_info(index)[0])
+    return free + max(0, int(torch.cuda.memory_reserved(index)) - int(torch.cuda.memory_allocated(index)))
 
 
 def _cuda_unavailable() -> str:

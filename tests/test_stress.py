@@ -49,6 +49,21 @@ def test_stress_sizes_follow_the_free_memory(free, numel):
         assert numel * STRESS_BYTES_PER_ELEMENT <= free
 
 
+
+def test_the_memory_a_worker_caches_without_using_counts_as_free(monkeypatch):
+    """A caching allocator (CUDA's) keeps freed blocks, which the driver counts as used: the
+    free memory the stress tier sizes its examples by must not shrink as one worker's cache grows.
+    Planted (the driver's figure alone), this test fails."""
+    from detconf.engine import devices
+
+    gib = 1 << 30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index: (10 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda index: 6 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda index: 2 * gib)
+    assert devices._cuda_free(0) == 14 * gib
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda index: 6 * gib)  # all of it in use
+    assert devices._cuda_free(0) == 10 * gib
+
 def _programs(entry_id, mode, device="cpu"):
     case = Case(DOCS[entry_id], device, mode)
     return harness.drawn_programs(case, torch.device("cpu"), STRESS, STRESS.max_examples)
