@@ -31,10 +31,11 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
-from detconf.child import child_env, start_child
+from detconf.child import RESULT_MARKER, child_env, start_child
 from detconf.conformance.plan import Case
 
 __all__ = ["PROCESSES", "Zygote", "judge_perturbed", "merge_rows", "serve"]
@@ -188,12 +189,45 @@ class Zygote:
         self.key = (profile, tuple(imports))
         self.child = start_child(TARGET, {"profile": profile, "imports": list(imports)},
                                  env=child_env(), stdin=True)
+        # Its standard error (shared by the processes it forks) is read as it comes: a pipe left
+        # unread fills at 64 KiB and stops every process that writes to it. The last of it is
+        # kept, for the message when the zygote dies.
+        self._stderr = bytearray()
+        self._reader = threading.Thread(target=self._drain, name="detconf-zygote-stderr", daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        """Read the zygote's standard error until it closes (raw reads: a stream without line
+        ends is read in chunks too), keeping its last 4 KiB."""
+        try:
+            fd = self.child.stderr.fileno()
+            while chunk := os.read(fd, 1 << 16):
+                self._stderr += chunk
+                del self._stderr[:-4096]
+        except (OSError, ValueError):  # closed under it
+            pass
+
+    def _ended(self, code: int, out: str) -> RuntimeError:
+        """The zygote's end as an error: the error it reported (its result line, in ``out``), else
+        the last of its standard error."""
+        said = ""
+        for line in out.splitlines():
+            if line.startswith(RESULT_MARKER):
+                try:
+                    said = str(json.loads(line[len(RESULT_MARKER):]).get("error") or "")
+                except ValueError:
+                    said = line
+        return RuntimeError(f"the zygote ended ({code}): {(said or self._stderr_tail())[-4 * 10**2:]!r}")
+
+    def _stderr_tail(self) -> str:
+        self._reader.join(timeout=5)  # the zygote ended: its last words are on their way
+        return bytes(self._stderr).decode("utf-8", "replace")[-4 * 10**2:]
 
     def ask(self, request: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
         """Send one request; its rows (``ChildFailed``-like ``RuntimeError`` if the zygote died)."""
         proc = self.child
         if proc.poll() is not None:
-            raise RuntimeError(f"the zygote ended ({proc.returncode}): {proc.stderr.read()[-4 * 10**2:]!r}")
+            raise self._ended(proc.returncode, proc.stdout.read())
         proc.stdin.write(json.dumps(request) + "\n")
         proc.stdin.flush()
         deadline = time.monotonic() + timeout + 30
@@ -202,9 +236,11 @@ class Zygote:
                 break
             line = proc.stdout.readline()
             if not line:
-                raise RuntimeError(f"the zygote ended ({proc.wait()}): {proc.stderr.read()[-4 * 10**2:]!r}")
+                raise self._ended(proc.wait(), "")
             if line.startswith(REPLY_MARKER):
                 return json.loads(line[len(REPLY_MARKER):])
+            if line.startswith(RESULT_MARKER):  # its end: what it returned, or the error it died of
+                raise self._ended(proc.wait(), line)
         self.close()
         raise RuntimeError(f"the zygote gave no answer in {timeout:g}s")
 
@@ -217,6 +253,7 @@ class Zygote:
             except Exception:  # noqa: BLE001 - stuck: end it
                 proc.kill()
                 proc.wait()
+        self._reader.join(timeout=5)
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None and not stream.closed:
                 stream.close()

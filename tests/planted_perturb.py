@@ -107,3 +107,13 @@ def benchmark_choice(draw, entry, case, device):
         return (_fast, _slow)[_CHOICE[key]](x)
 
     return Program(fn=fn, inputs={"x": _x(draw, device)}, describe="autotuned x * 2")
+
+
+@recipe("planted.writes_to_stderr", targets="aten.mul")
+def writes_to_stderr(draw, entry, case, device):
+    """Deterministic, and says a lot on the process's standard error each call (as a device's
+    library or a compiler's log may): 16 KiB a call, past a pipe's 64 KiB within one case."""
+    def fn(x):
+        os.write(2, b"#" * (16 << 10))
+        return x * 2
+    return Program(fn=fn, inputs={"x": _x(draw, device)}, describe="x * 2, 16 KiB to stderr")

@@ -60,6 +60,27 @@ def test_a_choice_made_by_benchmarking_is_caught_by_the_distortion():
     assert [p["distortion"] for p in row["detail"]["processes"]] == ["none", "inverse"]
 
 
+
+def test_a_case_that_writes_much_to_stderr_is_judged_not_timed_out():
+    """The zygote's forked processes share its standard error, a pipe: unread, it fills at 64 KiB
+    and every process writing to it stops, until the case times out. The parent reads it as it
+    comes (its last lines name a zygote that died). Planted (the pipe left unread), the case is a
+    harness-error after the timeout."""
+    row = judge_perturbed(case("planted.writes_to_stderr"), profile="ci", runs=2, imports=IMPORTS, timeout=60)
+    assert row["verdict"] == "conforms", row["detail"]
+
+
+def test_a_zygote_that_died_is_named_with_the_last_of_its_stderr():
+    from detconf.conformance.perturbed import Zygote
+
+    zygote = Zygote("ci", ("tests.no_such_module_for_the_zygote",))
+    try:
+        zygote.child.wait(timeout=120)
+        with pytest.raises(RuntimeError, match=r"the zygote ended \(1\): .*No module named 'tests\.no_such_module"):
+            zygote.ask({"case": None}, timeout=10)
+    finally:
+        zygote.close()
+
 def test_a_deterministic_op_conforms_and_the_row_names_every_perturbation():
     import torch
 
