@@ -48,12 +48,15 @@ def cap_from_room(room: Sequence[int]) -> int:
     return max(n, MIN_WORKERS)
 
 
-def worker_room(backend: Backend, need: int | None) -> list[int] | None:
+def worker_room(backend: Backend, need: int | None, processes: int = 1) -> list[int] | None:
     """Workers each device of ``backend`` has memory for; None where there is no cap (no
-    per-worker need, or the backend cannot say how much memory is free)."""
+    per-worker need, or the backend cannot say how much memory is free). ``processes``: the
+    processes each worker judges a case in at once, each needing that memory (the perturbation
+    tier's forked processes)."""
     need = need if need is not None else backend.worker_memory
     if not need or backend.free_memory is None:
         return None
+    need = int(need) * max(1, int(processes))
     room = []
     for index in range(backend.count()):
         free = backend.free_memory(index)
@@ -63,17 +66,18 @@ def worker_room(backend: Backend, need: int | None) -> list[int] | None:
     return room or None
 
 
-def worker_cap(backends: Sequence[Backend], need: int | None = None) -> tuple[int, str] | None:
-    """The most workers every backend has memory for, and why (one line); None: no cap."""
+def worker_cap(backends: Sequence[Backend], need: int | None = None, processes: int = 1) -> tuple[int, str] | None:
+    """The most workers every backend has memory for, and why (one line); None: no cap.
+    ``processes``: as in :func:`worker_room`."""
     best: tuple[int, str] | None = None
     for backend in backends:
-        room = worker_room(backend, need)
+        room = worker_room(backend, need, processes)
         if room is None:
             continue
         cap = cap_from_room(room)
         per = need if need is not None else backend.worker_memory
-        why = (f"{backend.name}: {len(room)} device(s) with room for {', '.join(map(str, room))} worker(s) "
-               f"of {per / 2**30:.2f} GiB each")
+        each = f"{per / 2**30:.2f} GiB each" + (f" in each of its {processes} processes" if processes > 1 else "")
+        why = f"{backend.name}: {len(room)} device(s) with room for {', '.join(map(str, room))} worker(s) of {each}"
         if best is None or cap < best[0]:
             best = (cap, why)
     return best

@@ -18,8 +18,11 @@ def use_devices(config: pytest.Config) -> None:
     if is_worker(config):
         return
     wanted = getattr(config.option, "numprocesses", None)
+    processes = 1
+    if config.getoption("--perturb"):  # each case in several forked processes at once, each with its memory
+        from detconf.conformance.perturbed import PROCESSES as processes
     cap = worker_cap([b for b in config._detconf_backends if b.describe()["available"]],
-                     config.getoption("--worker-memory"))
+                     config.getoption("--worker-memory"), processes)
     config._detconf_worker_cap = None
     if cap is None or not isinstance(wanted, int) or wanted <= cap[0]:
         return

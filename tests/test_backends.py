@@ -156,6 +156,24 @@ def test_worker_i_uses_device_i_mod_count():
     assert fleet.bind([absent], "gw3")[0].index is None
 
 
+
+@pytest.mark.parametrize("perturb, workers", [(False, 5), (True, 2)])
+def test_the_perturbation_tier_lowers_the_workers_by_its_processes_memory(perturb, workers):
+    """Under --perturb each worker judges a case in PROCESSES forked processes at once, each with
+    its own memory on the device: a device with room for 5 workers of 1 GiB has room for 2."""
+    from types import SimpleNamespace
+
+    from detconf.plugin.devices import use_devices
+
+    backend = Backend("big", available=lambda: True, device_count=lambda: 1, free_memory=lambda i: 5 * 2**30,
+                      worker_memory=2**30)
+    options = {"--worker-memory": None, "--perturb": perturb}
+    config = SimpleNamespace(_detconf_backends=[backend], option=SimpleNamespace(numprocesses=8, tx=None),
+                             getoption=options.get)
+    use_devices(config)
+    assert config.option.numprocesses == workers
+    assert f"-n 8 lowered to {workers}" in config._detconf_worker_cap
+
 def test_the_worker_cap_comes_from_free_memory():
     assert fleet.cap_from_room([3, 1]) == 3  # workers 0, 2 on device 0; worker 1 on device 1; a 4th needs device 1
     assert fleet.cap_from_room([2, 2]) == 4
@@ -167,6 +185,10 @@ def test_the_worker_cap_comes_from_free_memory():
     cap, why = fleet.worker_cap([backend])
     assert cap == 5 and "room for 5, 2 worker(s)" in why  # a 6th would be the third on device 1
     assert fleet.worker_cap([backend], need=3 * 2**30)[0] == 1  # --worker-memory 3: room [1, 0]
+    # The perturbation tier: each worker's case in 2 processes at once, each needing the memory.
+    assert fleet.worker_room(backend, None, processes=2) == [2, 1]
+    cap, why = fleet.worker_cap([backend], processes=2)
+    assert cap == 3 and "room for 2, 1 worker(s) of 1.00 GiB each in each of its 2 processes" in why
     unknown = Backend("dim", available=lambda: True, device_count=lambda: 2, free_memory=lambda i: None,
                       worker_memory=2**30)
     assert fleet.worker_cap([unknown]) is None
