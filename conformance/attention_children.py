@@ -49,7 +49,7 @@ def sdpa_backend_runs(payload: dict[str, Any]) -> dict[str, Any]:
                     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=payload["causal"])
                     grads = torch.autograd.grad(out.float().square().sum(), (q, k, v))
                 if device.type == "cuda":
-                    torch.cuda.synchronize()
+                    torch.cuda.synchronize(device)  # its own device: no context made on GPU 0
                 run["fingerprint"] = _fingerprint((out, *grads))
             except Exception as exc:  # noqa: BLE001 - the observation: which error, with what text
                 run["error"] = {"type": type(exc).__name__, "message": str(exc)[:600]}
