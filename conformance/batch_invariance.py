@@ -162,8 +162,10 @@ class Example:
 
 @dataclass(frozen=True)
 class BatchOp:
-    """An op over a batch: ``build(example, generator)`` gives ``fn`` and its batched inputs
-    (every one sliced to ``[:k]`` along dimension 0) ; ``fn`` closes over the rest."""
+    """An op over a batch: ``build(example, generator)`` gives ``fn``, its batched inputs
+    (every one sliced to ``[:k]`` along dimension 0) and its fixed inputs (a weight: the same in
+    both calls). ``fn`` takes every tensor as an argument and closes over none, so that
+    :func:`observe` moves them all to the device (a tensor left in a closure stays on the CPU)."""
 
     id: str
     op: str
@@ -180,18 +182,18 @@ def _matmul(ex, gen):
     import torch
 
     w = _randn(gen, ex.width, ex.width + 3)
-    return (lambda x: torch.matmul(x, w)), {"x": _randn(gen, ex.batch, ex.width)}
+    return torch.matmul, {"input": _randn(gen, ex.batch, ex.width)}, {"other": w}
 
 
 def _bmm(ex, gen):
     import torch
 
-    return torch.bmm, {"input": _randn(gen, ex.batch, 3, ex.width), "mat2": _randn(gen, ex.batch, ex.width, 5)}
+    return torch.bmm, {"input": _randn(gen, ex.batch, 3, ex.width), "mat2": _randn(gen, ex.batch, ex.width, 5)}, {}
 
 
 def _reduction(name):
     def build(ex, gen):
-        return (lambda x: getattr(x, name)(-1)), {"x": _randn(gen, ex.batch, ex.width)}
+        return (lambda x: getattr(x, name)(-1)), {"x": _randn(gen, ex.batch, ex.width)}, {}
 
     return build
 
@@ -199,14 +201,15 @@ def _reduction(name):
 def _softmax(ex, gen):
     import torch
 
-    return (lambda x: torch.softmax(x, -1)), {"x": _randn(gen, ex.batch, ex.width)}
+    return (lambda x: torch.softmax(x, -1)), {"x": _randn(gen, ex.batch, ex.width)}, {}
 
 
 def _layer_norm(ex, gen):
     import torch.nn.functional as F
 
     weight, bias = _randn(gen, ex.width), _randn(gen, ex.width)
-    return (lambda x: F.layer_norm(x, (ex.width,), weight, bias)), {"x": _randn(gen, ex.batch, ex.width)}
+    return ((lambda x, weight, bias: F.layer_norm(x, (ex.width,), weight, bias)), {"x": _randn(gen, ex.batch, ex.width)},
+            {"weight": weight, "bias": bias})
 
 
 def _attention(ex, gen):
@@ -214,7 +217,7 @@ def _attention(ex, gen):
 
     heads, length = 2, 1 + ex.width % 7
     q, k, v = (_randn(gen, ex.batch, heads, length, ex.width) for _ in range(3))
-    return F.scaled_dot_product_attention, {"query": q, "key": k, "value": v}
+    return F.scaled_dot_product_attention, {"query": q, "key": k, "value": v}, {}
 
 
 #: The programs, by the id the data file's ``ops`` names.
@@ -300,12 +303,13 @@ def observe(op: BatchOp, device: str, compile: str, setting: str, exs: Sequence[
         try:
             for ex in exs:
                 gen = torch.Generator().manual_seed(ex.seed)
-                fn, batched = op.build(ex, gen)
+                fn, batched, fixed = op.build(ex, gen)
                 batched = {name: t.to(device) for name, t in batched.items()}
+                fixed = {name: t.to(device) for name, t in fixed.items()}
                 run = fn if compile == "eager" else torch.compile(fn, backend=compile)
                 try:
-                    whole = _outputs(run(**batched))
-                    part = _outputs(run(**{name: t[:ex.k].clone() for name, t in batched.items()}))
+                    whole = _outputs(run(**batched, **fixed))
+                    part = _outputs(run(**{name: t[:ex.k].clone() for name, t in batched.items()}, **fixed))
                 except (NotImplementedError, TypeError) as exc:
                     cell.unsupported = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
                     break

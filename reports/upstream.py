@@ -789,29 +789,31 @@ def _fill_script(row: dict[str, Any], detail: dict[str, Any]) -> str:
 #: The batch-invariance programs (``conformance/batch_invariance.py``'s ``OPS``) in torch alone:
 #: ``build(batch, width, seed)`` gives the function and its batched inputs, from a seeded
 #: generator, as the suite builds them (a test keeps the two equal).
-BATCH_BUILDERS = {
-    "matmul": ("w = randn(width, width + 3)", "lambda x: torch.matmul(x, w)", "{'x': randn(batch, width)}"),
-    "bmm": ("", "torch.bmm", "{'input': randn(batch, 3, width), 'mat2': randn(batch, width, 5)}"),
-    "sum": ("", "lambda x: x.sum(-1)", "{'x': randn(batch, width)}"),
-    "mean": ("", "lambda x: x.mean(-1)", "{'x': randn(batch, width)}"),
-    "softmax": ("", "lambda x: torch.softmax(x, -1)", "{'x': randn(batch, width)}"),
+BATCH_BUILDERS = {  # op: (setup, fn, batched inputs, fixed inputs); fn closes over no tensor
+    "matmul": ("w = randn(width, width + 3)", "torch.matmul", "{'input': randn(batch, width)}", "{'other': w}"),
+    "bmm": ("", "torch.bmm", "{'input': randn(batch, 3, width), 'mat2': randn(batch, width, 5)}", "{}"),
+    "sum": ("", "lambda x: x.sum(-1)", "{'x': randn(batch, width)}", "{}"),
+    "mean": ("", "lambda x: x.mean(-1)", "{'x': randn(batch, width)}", "{}"),
+    "softmax": ("", "lambda x: torch.softmax(x, -1)", "{'x': randn(batch, width)}", "{}"),
     "layer_norm": ("weight, bias = randn(width), randn(width)",
-                   "lambda x: F.layer_norm(x, (width,), weight, bias)", "{'x': randn(batch, width)}"),
+                   "lambda x, weight, bias: F.layer_norm(x, (width,), weight, bias)", "{'x': randn(batch, width)}",
+                   "{'weight': weight, 'bias': bias}"),
     "attention": ("heads, length = 2, 1 + width % 7", "F.scaled_dot_product_attention",
-                  "dict(zip(('query', 'key', 'value'), (randn(batch, heads, length, width) for _ in range(3))))"),
+                  "dict(zip(('query', 'key', 'value'), (randn(batch, heads, length, width) for _ in range(3))))", "{}"),
 }
 
 
 def batch_builder_source(op: str) -> str:
-    """``build(batch, width, seed)`` of ``op``, as the script holds it."""
-    setup, fn, inputs = BATCH_BUILDERS[op]
+    """``build(batch, width, seed)`` of ``op``, as the script holds it: ``fn``, the batched inputs
+    and the fixed ones (made on the CPU from a seeded generator; the script moves them)."""
+    setup, fn, batched, fixed = BATCH_BUILDERS[op]
     return "\n".join([
         "def build(batch, width, seed):",
         "    gen = torch.Generator().manual_seed(seed)",
         "    randn = lambda *shape: torch.randn(*shape, generator=gen)  # noqa: E731",
         *([f"    {setup}"] if setup else []),
         f"    fn = {fn}",
-        f"    return fn, {inputs}",
+        f"    return fn, {batched}, {fixed}",
     ])
 
 
@@ -835,6 +837,7 @@ def _batch_invariance_script(row: dict[str, Any], detail: dict[str, Any]) -> str
         "",
         "",
         f"BATCH, K, WIDTH, SEED = {example['batch']}, {example['k']}, {example['width']}, {example['seed']}",
+        f"DEVICE = {str(row.get('device') or 'cpu')!r}",
         f"MODE = {row['mode']!r}",
         f"COMPILE = {(compile_setting if compile_setting != 'eager' else None)!r}  # torch.compile(backend=COMPILE)",
         f"BATCH_INVARIANT = {setting.endswith('True')!r}  # torch._inductor.config.batch_invariant",
@@ -851,12 +854,14 @@ def _batch_invariance_script(row: dict[str, Any], detail: dict[str, Any]) -> str
         "    import torch._inductor.config as inductor_config",
         "    patch = inductor_config.patch(batch_invariant=BATCH_INVARIANT) if hasattr(inductor_config, 'batch_invariant') \\",
         "        else contextlib.nullcontext()",
-        "    fn, batched = build(BATCH, WIDTH, SEED)",
+        "    fn, batched, fixed = build(BATCH, WIDTH, SEED)",
+        "    batched = {name: t.to(DEVICE) for name, t in batched.items()}",
+        "    fixed = {name: t.to(DEVICE) for name, t in fixed.items()}",
         "    with patch:",
         "        torch._dynamo.reset()",
         "        run = torch.compile(fn, backend=COMPILE) if COMPILE else fn",
-        "        whole = run(**batched)",
-        "        part = run(**{name: t[:K].clone() for name, t in batched.items()})",
+        "        whole = run(**batched, **fixed)",
+        "        part = run(**{name: t[:K].clone() for name, t in batched.items()}, **fixed)",
         "    prefix, part = whole[:K], part",
         "    flat = lambda t: t.reshape(-1).clone(memory_format=torch.contiguous_format).view(torch.uint8)",
         "    same = prefix.shape == part.shape and torch.equal(flat(prefix), flat(part))",

@@ -32,13 +32,28 @@ def _rows_depend_on_batch_recipe(draw, entry, case, device):
 
 
 PLANTED = bi.BatchOp("planted", "planted.rows_depend_on_batch",
-                     lambda ex, gen: (rows_depend_on_batch, {"x": bi._randn(gen, ex.batch, ex.width)}))
+                     lambda ex, gen: (rows_depend_on_batch, {"x": bi._randn(gen, ex.batch, ex.width)}, {}))
 
 
 def promise_covering(*ops):
     promise = bi.load_promise()
     return dataclasses.replace(promise, ops=promise.ops + ops)
 
+
+
+@pytest.mark.parametrize("op_id", sorted(bi.OPS))
+def test_every_tensor_a_program_uses_is_an_input_moved_to_the_device(op_id):
+    """``observe`` moves the batched and fixed inputs to the case's device; a tensor a program
+    closed over would stay on the CPU (on a GPU: "Expected all tensors to be on the same device",
+    which the trace's CPU replay would then call a missing kernel). Planted (matmul's weight held
+    in a closure again), this test fails."""
+    gen = torch.Generator().manual_seed(0)
+    fn, batched, fixed = bi.OPS[op_id].build(bi.Example(batch=4, k=2, width=8, seed=0), gen)
+    held = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())
+            if isinstance(c.cell_contents, torch.Tensor)]
+    assert held == [] and all(isinstance(t, torch.Tensor) for t in {**batched, **fixed}.values())
+    moved = {name: t.to("meta") for name, t in {**batched, **fixed}.items()}
+    assert fn(**moved) is not None  # every tensor it touches is on the device given
 
 def test_the_verdict_is_judged_only_where_promised():
     assert bi.verdict_for(True, bi.Cell(judged=3, differing=1)) == "violated"
@@ -167,7 +182,7 @@ def test_a_program_that_crashes_is_a_failing_row_not_a_traceback():
         def fn(x):
             raise RuntimeError("planted failure\nsecond line")
 
-        return fn, {"x": bi._randn(gen, ex.batch, ex.width)}
+        return fn, {"x": bi._randn(gen, ex.batch, ex.width)}, {}
 
     row = bi.judge_cell(bi.BatchOp("crashes", "planted.crashes", crash), "cpu", "eager", "off", bi.examples(1),
                         promise=bi.load_promise(), torch_version=TORCH)

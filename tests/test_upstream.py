@@ -221,13 +221,28 @@ def test_the_batch_invariance_builders_give_the_suites_functions_and_bytes():
         space: dict = {"torch": torch, "F": torch.nn.functional}
         exec(upstream.batch_builder_source(op), space)  # noqa: S102 - the text a script holds
         for batch, width, seed in ((64, 129, 7), (3, 33, 11)):
-            fn, inputs = space["build"](batch, width, seed)
-            their_fn, theirs = bi.OPS[op].build(bi.Example(batch=batch, k=1, width=width, seed=seed),
-                                                torch.Generator().manual_seed(seed))
-            assert list(inputs) == list(theirs), op
-            assert all(torch.equal(inputs[k], theirs[k]) for k in inputs), op
-            assert torch.equal(fn(**inputs), their_fn(**theirs)), op
+            fn, inputs, fixed = space["build"](batch, width, seed)
+            their_fn, theirs, their_fixed = bi.OPS[op].build(bi.Example(batch=batch, k=1, width=width, seed=seed),
+                                                             torch.Generator().manual_seed(seed))
+            assert (list(inputs), list(fixed)) == (list(theirs), list(their_fixed)), op
+            assert all(torch.equal(a[k], b[k]) for a, b in ((inputs, theirs), (fixed, their_fixed)) for k in a), op
+            assert torch.equal(fn(**inputs, **fixed), their_fn(**theirs, **their_fixed)), op
 
+
+
+def test_a_batch_invariance_script_puts_every_tensor_on_the_cells_device():
+    """The script builds on the CPU from a seeded generator and moves the batched and the fixed
+    inputs (matmul's weight, layer_norm's) to the cell's device: a tensor left on the CPU fails a
+    GPU's kernel ("Expected all tensors to be on the same device")."""
+    row = {"source": "batch-invariance", "entry_id": "batch-invariance:matmul", "device": "cuda", "mode": "error",
+           "compile": "inductor", "verdict": "violated", "observed": "batch-dependent"}
+    detail = {"example": {"batch": 8, "k": 3, "width": 5, "seed": 1}, "promised": True, "threads": 4,
+              "setting": "torch._inductor.config.batch_invariant=True"}
+    script = upstream._batch_invariance_script(row, detail)
+    compile(script, "repro.py", "exec")
+    assert "DEVICE = 'cuda'" in script
+    assert "fixed = {name: t.to(DEVICE) for name, t in fixed.items()}" in script
+    assert "whole = run(**batched, **fixed)" in script
 
 def test_the_gradient_seed_is_the_runners():
     assert upstream.GRAD_SEED == runner.GRAD_SEED
