@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from detconf.engine.backends import HOST
 
-__all__ = ["DispatchTrace", "OpFailure", "Targets", "TargetError", "is_out_of_memory", "matches", "reached", "top_ops"]
+__all__ = ["DispatchTrace", "OpFailure", "Targets", "TargetError", "is_mixed_devices", "is_out_of_memory", "matches", "reached", "top_ops"]
 
 
 class TargetError(ValueError):
@@ -83,6 +83,9 @@ def _on_cpu(value):
 
 
 _OUT_OF_MEMORY = re.compile(r"out of memory", re.IGNORECASE)
+#: torch's words for a call whose tensors are on different devices: the caller's fault, which a
+#: replay with every tensor on the CPU would hide.
+_MIXED_DEVICES = re.compile(r"Expected all tensors to be on the same device|is not on the expected device")
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -92,6 +95,12 @@ def is_out_of_memory(exc: BaseException) -> bool:
     kinds = tuple(k for k in (getattr(torch, "OutOfMemoryError", None),
                               getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)) if isinstance(k, type))
     return (bool(kinds) and isinstance(exc, kinds)) or bool(_OUT_OF_MEMORY.search(str(exc)))
+
+
+def is_mixed_devices(exc: BaseException) -> bool:
+    """Was a call given tensors on different devices? Never a device's missing kernel: the same
+    call with every tensor moved to the CPU runs, but the program, not the device, is wrong."""
+    return bool(_MIXED_DEVICES.search(str(exc)))
 
 
 def _replay_on_cpu(func, args, kwargs) -> str:
@@ -157,6 +166,7 @@ class DispatchTrace(TorchDispatchMode):
             off_host = any(d != HOST for d in devices)
             # A device out of memory is not replayed: no replay makes it a missing kernel.
             replay = (None if not off_host else "not replayed: the device ran out of memory" if is_out_of_memory(exc)
+                      else "not replayed: tensors on different devices" if is_mixed_devices(exc)
                       else _replay_on_cpu(func, args, kwargs))
             self.failure = OpFailure(str(func), devices, exc, replay)
             raise

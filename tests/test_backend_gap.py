@@ -42,6 +42,7 @@ _LIB.define("no_offset(Tensor x) -> Tensor")
 _LIB.define("always_fails(Tensor x) -> Tensor")
 _LIB.define("no_offset_put(Tensor x) -> Tensor")
 _LIB.define("out_of_memory_under_the_mode(Tensor x) -> Tensor")
+_LIB.define("mixed_devices_under_the_mode(Tensor x) -> Tensor")
 
 
 def _no_offset(x):
@@ -58,6 +59,18 @@ def _no_offset_put(x):
     if x.storage_offset() != 0:
         raise RuntimeError("as_strided: storage_offset is required")
     return x.clone().put_(torch.tensor([0, 0]), torch.ones(2), accumulate=False)  # alerts on the CPU
+
+
+def _mixed_devices_under_the_mode(x):
+    # As a program that left a weight on the CPU beside the device's input (the run, mode error);
+    # the CPU replay (mode off), every tensor on the CPU, runs.
+    if torch.are_deterministic_algorithms_enabled():
+        raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
+                           "cuda:0 and cpu!")
+    return x * 2
+
+
+_LIB.impl("mixed_devices_under_the_mode", _mixed_devices_under_the_mode, "CompositeExplicitAutograd")
 
 
 def _out_of_memory_under_the_mode(x):
@@ -162,6 +175,16 @@ def test_a_device_out_of_memory_is_a_harness_error_not_unsupported(fakedev):
     obs = run_program(Program(fn=lambda x: torch.ops.detconf_gap_test.out_of_memory_under_the_mode(x),
                               inputs={"x": _offset_tensor()}), "error").observation
     assert obs.unsupported is None and "out of memory" in obs.error
+    assert verdict_for("deterministic", obs) == "harness-error"
+
+
+def test_a_call_given_tensors_on_different_devices_is_a_harness_error_not_unsupported(fakedev):
+    """A program that left a tensor on the CPU beside the device's: the replay with every tensor
+    on the CPU runs, but the device lacks nothing. Planted (no error read as mixed devices), it is
+    unsupported."""
+    obs = run_program(Program(fn=lambda x: torch.ops.detconf_gap_test.mixed_devices_under_the_mode(x),
+                              inputs={"x": _offset_tensor()}), "error").observation
+    assert obs.unsupported is None and "same device" in obs.error
     assert verdict_for("deterministic", obs) == "harness-error"
 
 
