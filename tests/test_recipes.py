@@ -168,6 +168,21 @@ def test_every_op_named_in_the_local_doc_snapshots_has_a_recipe():
     assert named <= set(DOCUMENTED_OPS) | set(FILL_OPS)
 
 
+
+def test_histc_never_asks_uint8_data_for_its_own_range():
+    """``min == max == 0`` takes the data's range and widens an all-equal one by one on each side,
+    which uint8 zeros cannot hold: torch refuses the input (a harness-error that a random profile
+    drew once). Planted (the data's range offered to uint8 again), some draw asks for it."""
+    from detconf.conformance import harness
+    from detconf.conformance.findings import fact_entries
+    from detconf.conformance.plan import Case
+
+    entry = {e.id: e for e in fact_entries("2.13.0", torch_version="2.13.0+cu130")}["histc[integer,cuda]"]
+    drawn = harness.drawn_programs(Case(entry, "cpu", "error"), torch.device("cpu"),
+                                   settings(max_examples=200, derandomize=True, database=None, deadline=None), 200)
+    uint8 = [p.describe for p in drawn if "uint8" in p.describe]
+    assert uint8 and not [d for d in uint8 if "min=0, max=0" in d], uint8[:3]
+
 def test_aliases_share_one_recipe():
     for old, new in [("torch.__getitem__", "torch.Tensor.__getitem__"),
                      ("torch.index_put", "torch.Tensor.index_put"),
