@@ -35,7 +35,7 @@ import threading
 import time
 from typing import Any
 
-from detconf.child import RESULT_MARKER, child_env, start_child
+from detconf.child import RESULT_MARKER, child_env, reported, start_child
 from detconf.conformance.plan import Case
 
 __all__ = ["PROCESSES", "Zygote", "judge_perturbed", "merge_rows", "serve"]
@@ -210,18 +210,15 @@ class Zygote:
     def _ended(self, code: int, out: str) -> RuntimeError:
         """The zygote's end as an error: the error it reported (its result line, in ``out``), else
         the last of its standard error."""
-        said = ""
-        for line in out.splitlines():
-            if line.startswith(RESULT_MARKER):
-                try:
-                    said = str(json.loads(line[len(RESULT_MARKER):]).get("error") or "")
-                except ValueError:
-                    said = line
+        try:
+            said = str((reported(out) or {}).get("error") or "")
+        except ValueError:  # a result line cut short
+            said = out
         return RuntimeError(f"the zygote ended ({code}): {(said or self._stderr_tail())[-4 * 10**2:]!r}")
 
     def _stderr_tail(self) -> str:
         self._reader.join(timeout=5)  # the zygote ended: its last words are on their way
-        return bytes(self._stderr).decode("utf-8", "replace")[-4 * 10**2:]
+        return bytes(self._stderr).decode("utf-8", "replace")
 
     def ask(self, request: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
         """Send one request; its rows (``ChildFailed``-like ``RuntimeError`` if the zygote died)."""

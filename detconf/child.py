@@ -33,7 +33,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-__all__ = ["Child", "ChildFailed", "RESULT_MARKER", "ROOT", "child_env", "finish_child", "resolve_target",
+__all__ = ["Child", "ChildFailed", "RESULT_MARKER", "ROOT", "child_env", "finish_child", "reported", "resolve_target",
            "run_in_child", "start_child"]
 
 #: The folder that holds detconf's packages (a checkout, or site-packages when installed).
@@ -115,6 +115,11 @@ def _split(out: str) -> tuple[str, dict | None]:
         else:
             printed.append(line)
     return "".join(printed), report
+
+
+def reported(out: str) -> dict | None:
+    """The report of a child's result line in its output ``out`` (None: it printed none)."""
+    return _split(out)[1]
 
 
 def _last_line(text: str) -> str:

@@ -33,7 +33,7 @@ from detconf.engine.fingerprint import sha256
 from detconf.engine.observation import Observation
 from detconf.engine.perturb import Perturber, inputs_digest
 from detconf.engine.program import Program
-from detconf.engine.trace import DispatchTrace, OpFailure, is_mixed_devices, is_out_of_memory, reached, top_ops
+from detconf.engine.trace import DispatchTrace, OpFailure, is_out_of_memory, not_a_gap, reached, top_ops
 
 __all__ = ["DETERMINISM_ALERT", "Observation", "PHASES", "RunOutcome", "UNSUPPORTED", "as_bytes", "backend_gap", "compare_runs", "missing_kernel",
            "compare_values", "dense_cpu", "flatten_tensors", "observe", "run_program", "run_values"]
@@ -188,7 +188,7 @@ def backend_gap(exc: BaseException, failure: OpFailure | None) -> str | None:
     """
     if failure is None or not failure.off_cpu or not any(e is failure.exc for e in _chain(exc)):
         return None
-    if any(is_out_of_memory(e) or is_mixed_devices(e) for e in _chain(exc)):
+    if any(not_a_gap(e) for e in _chain(exc)):
         return None  # the device has the kernel: the example did not fit, or the call mixed devices
     if failure.cpu_replay != "ok" and not failure.cpu_replay.startswith("copy to cpu failed"):
         return None

@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from detconf.engine.backends import HOST
 
-__all__ = ["DispatchTrace", "OpFailure", "Targets", "TargetError", "is_mixed_devices", "is_out_of_memory", "matches", "reached", "top_ops"]
+__all__ = ["DispatchTrace", "OpFailure", "Targets", "TargetError", "is_mixed_devices", "is_out_of_memory", "matches", "not_a_gap", "reached", "top_ops"]
 
 
 class TargetError(ValueError):
@@ -103,6 +103,16 @@ def is_mixed_devices(exc: BaseException) -> bool:
     return bool(_MIXED_DEVICES.search(str(exc)))
 
 
+def not_a_gap(exc: BaseException) -> str | None:
+    """Why ``exc`` can never be a device's missing kernel, or None: the device ran out of memory,
+    or the call was given tensors on different devices (a replay on the CPU would run either)."""
+    if is_out_of_memory(exc):
+        return "the device ran out of memory"
+    if is_mixed_devices(exc):
+        return "tensors on different devices"
+    return None
+
+
 def _replay_on_cpu(func, args, kwargs) -> str:
     """Call ``func`` again with every tensor (and device argument) moved to the CPU, on copies.
 
@@ -164,9 +174,9 @@ class DispatchTrace(TorchDispatchMode):
         except Exception as exc:
             devices = _devices_of(args, kwargs)
             off_host = any(d != HOST for d in devices)
-            # A device out of memory is not replayed: no replay makes it a missing kernel.
-            replay = (None if not off_host else "not replayed: the device ran out of memory" if is_out_of_memory(exc)
-                      else "not replayed: tensors on different devices" if is_mixed_devices(exc)
+            # What can never be a missing kernel is not replayed: no replay makes it one.
+            reason = not_a_gap(exc) if off_host else None
+            replay = (None if not off_host else f"not replayed: {reason}" if reason
                       else _replay_on_cpu(func, args, kwargs))
             self.failure = OpFailure(str(func), devices, exc, replay)
             raise
