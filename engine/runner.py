@@ -33,7 +33,7 @@ from detconf.engine.fingerprint import sha256
 from detconf.engine.observation import Observation
 from detconf.engine.perturb import Perturber, inputs_digest
 from detconf.engine.program import Program
-from detconf.engine.trace import DispatchTrace, OpFailure, is_out_of_memory, not_a_gap, reached, top_ops
+from detconf.engine.trace import DispatchTrace, OpFailure, not_a_gap, reached, top_ops
 
 __all__ = ["DETERMINISM_ALERT", "Observation", "PHASES", "RunOutcome", "UNSUPPORTED", "as_bytes", "backend_gap", "compare_runs", "missing_kernel",
            "compare_values", "dense_cpu", "flatten_tensors", "observe", "run_program", "run_values"]
@@ -232,8 +232,10 @@ def _classify(exc: BaseException, record: RunRecord, phase: str, failure: OpFail
         record.alert_phase = phase
         if alert is not exc or is_compile_failure(exc):
             record.alert_wrapped = type(exc).__name__
-    elif any(is_out_of_memory(e) for e in chain):
-        record.other_error = first_line  # the example did not fit: neither a gap nor unsupported
+    elif any(not_a_gap(e) for e in chain):
+        # The example did not fit, or the call mixed devices: neither a gap nor unsupported, and
+        # not a compiler's failure where a compiler wraps it.
+        record.other_error = first_line
     elif backend_gap(exc, failure) is not None:
         record.unsupported = backend_gap(exc, failure)
         record.failed_op = failure.op

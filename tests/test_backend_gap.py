@@ -188,6 +188,25 @@ def test_a_call_given_tensors_on_different_devices_is_a_harness_error_not_unsupp
     assert verdict_for("deterministic", obs) == "harness-error"
 
 
+@pytest.mark.parametrize("inner", [torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB"),
+                                   RuntimeError("Expected all tensors to be on the same device, but found at least "
+                                                "two devices, cuda:0 and cpu!")])
+def test_a_compiler_that_wraps_out_of_memory_or_mixed_devices_is_a_harness_error(inner):
+    """Under torch.compile the op's error arrives wrapped in Dynamo's; a wrapped compile failure
+    is ``unsupported`` (the program cannot be compiled), but not when the error inside is one that
+    is never the device's or the compiler's lack. Planted (mixed devices left to the compile
+    failure rule), the second case is unsupported."""
+    from torch._dynamo.exc import TorchRuntimeError
+
+    from detconf.engine.runner import RunRecord, _classify
+
+    outer = TorchRuntimeError("Dynamo failed to run FX node")
+    outer.__cause__ = inner
+    record = RunRecord()
+    _classify(outer, record, "forward")
+    assert record.unsupported is None and record.other_error.startswith("TorchRuntimeError")
+
+
 def test_planted_a_call_that_fails_on_cpu_too_stays_a_harness_error(fakedev):
     obs = run_program(Program(fn=bad_call_op, inputs={"x": _offset_tensor()}), "error").observation
     assert obs.unsupported is None and "a bad call" in obs.error
